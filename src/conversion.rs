@@ -1,0 +1,1 @@
+//! Conversion event validation (in progress).
