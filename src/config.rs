@@ -1,0 +1,93 @@
+//! Lifetimes and policies, chosen by the host.
+
+use time::Duration;
+
+/// What happens to a refresh token when it is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefreshPolicy {
+    /// Each refresh returns a new refresh token and the old one stops
+    /// working; a later use of a rotated token revokes the whole grant (reuse
+    /// detection, RFC 9700 section 4.14), except within `grace` of the
+    /// rotation, when the same successor is handed out again (concurrent
+    /// refreshes by one client).
+    Rotate {
+        /// How long after a rotation a second use of the old token is taken
+        /// for a concurrent refresh rather than for theft.
+        grace: Duration,
+    },
+    /// The refresh token stays valid until revoked; each refresh returns it
+    /// again. For legacy clients that never store the refresh token they are
+    /// given (COMPAT.md: the official Ruby client).
+    Reuse,
+}
+
+impl Default for RefreshPolicy {
+    fn default() -> Self {
+        RefreshPolicy::Rotate {
+            grace: Duration::seconds(30),
+        }
+    }
+}
+
+/// The service's configuration.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GatewayConfig {
+    /// The service's base address, e.g. `https://api.example.com`. Used as the
+    /// `realm` of `WWW-Authenticate` challenges (`realm="{base_url}/"`).
+    pub base_url: String,
+    /// Lifetime of access tokens. The spec: 86400 seconds.
+    pub access_token_lifetime: Duration,
+    /// Lifetime of authorization codes. Default 10 minutes (RFC 6749 section
+    /// 4.1.2 recommends at most 10).
+    pub code_lifetime: Duration,
+    /// Lifetime of refresh tokens; `None` (the default) for no expiry.
+    pub refresh_token_lifetime: Option<Duration>,
+    /// Rotation or reuse of refresh tokens.
+    pub refresh_policy: RefreshPolicy,
+    /// How long an `Idempotency-Key` is remembered. Default 24 hours, longer
+    /// than any client's retry schedule.
+    pub idempotency_retention: Duration,
+    /// The most API keys one account may hold (the real service: 5).
+    pub max_api_keys_per_account: usize,
+}
+
+impl GatewayConfig {
+    /// The defaults, for a service at `base_url`.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            access_token_lifetime: Duration::seconds(86_400),
+            code_lifetime: Duration::minutes(10),
+            refresh_token_lifetime: None,
+            refresh_policy: RefreshPolicy::default(),
+            idempotency_retention: Duration::hours(24),
+            max_api_keys_per_account: 5,
+        }
+    }
+
+    /// The `realm` of this service's `WWW-Authenticate` challenges.
+    pub fn realm(&self) -> String {
+        format!("{}/", self.base_url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_spec() {
+        let config = GatewayConfig::new("https://api.example.com/");
+        assert_eq!(config.access_token_lifetime.whole_seconds(), 86_400);
+        assert_eq!(config.code_lifetime.whole_minutes(), 10);
+        assert_eq!(config.refresh_token_lifetime, None);
+        assert_eq!(config.realm(), "https://api.example.com/");
+        assert!(matches!(
+            config.refresh_policy,
+            RefreshPolicy::Rotate { .. }
+        ));
+        assert_eq!(config.max_api_keys_per_account, 5);
+    }
+}

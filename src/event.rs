@@ -1,0 +1,94 @@
+//! Recorded conversion events and the submissions that record them.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{AccountId, ClientId};
+
+/// How an event reached the service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum IntakeChannel {
+    /// `POST /platform/conversions?api_key=...`.
+    ApiKey,
+    /// `POST /platform/events` (or the batch route) with a bearer token of
+    /// this application.
+    Bearer {
+        /// The application whose token was used.
+        client_id: ClientId,
+    },
+}
+
+/// A validated conversion event, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedEvent {
+    /// The identifier answered to the client as `event_uuid`.
+    pub event_uuid: Uuid,
+    /// The account the event belongs to.
+    pub account_id: AccountId,
+    /// When the service accepted it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub received_at: OffsetDateTime,
+    /// `CONVERSION`.
+    pub event_type: String,
+    /// `CDP`.
+    pub event_family: String,
+    /// The name of the conversion (`payload.conversion_identifier`).
+    pub conversion_identifier: String,
+    /// The contact's e-mail (`payload.email`).
+    pub email: String,
+    /// The validated payload: standard fields and the account's custom
+    /// fields; unknown attributes are not kept.
+    pub payload: serde_json::Value,
+    /// How the event arrived.
+    pub channel: IntakeChannel,
+}
+
+/// A retried request's key, claimed together with the events it records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdempotencyClaim {
+    /// The account the key belongs to: keys of different accounts never meet.
+    pub account_id: AccountId,
+    /// The `Idempotency-Key` header's value.
+    pub key: String,
+    /// A digest of what the request asked for (route and body), to tell a
+    /// true retry from a different request reusing the key.
+    pub fingerprint: [u8; 32],
+    /// When the claim was made.
+    pub created_at: OffsetDateTime,
+    /// When the claim may be forgotten: a later request with the same key is
+    /// then treated as new.
+    pub expires_at: OffsetDateTime,
+}
+
+/// Events to record together, all or nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSubmission {
+    /// The events, in request order.
+    pub events: Vec<RecordedEvent>,
+    /// The batch identifier, for `POST /platform/events/batch`.
+    pub batch_uuid: Option<Uuid>,
+    /// The idempotency key to claim with them, if the request carried one.
+    pub idempotency: Option<IdempotencyClaim>,
+}
+
+/// What recording a submission did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecordOutcome {
+    /// The events were recorded (and the key, if any, claimed).
+    Recorded,
+    /// The key was already claimed by a request with the same fingerprint:
+    /// nothing was recorded, and these are the first request's identifiers.
+    Replayed {
+        /// The `event_uuid`s recorded by the first request, in its order.
+        event_uuids: Vec<Uuid>,
+        /// The first request's batch identifier, if it was a batch.
+        batch_uuid: Option<Uuid>,
+    },
+    /// The key was already claimed by a request with another fingerprint:
+    /// nothing was recorded.
+    KeyReused,
+}

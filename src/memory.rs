@@ -1,0 +1,423 @@
+//! In-memory stores: for tests and for small hosts that keep nothing across
+//! restarts.
+//!
+//! Each is a newtype over a `Mutex` of its state. The lock is never held
+//! across an `.await` (no method awaits while holding it), so each method is
+//! one atomic step, which is what makes the atomic operations of the contract
+//! hold.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{
+    AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
+    Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink, EventSubmission, Grant,
+    GrantId, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord, Rotation, SecretHash,
+    StoreError, TokenStore,
+};
+
+/// Locks a mutex, ignoring poisoning: every critical section below leaves
+/// the state consistent before anything that could panic.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[derive(Default)]
+struct TokenState {
+    grants: HashMap<GrantId, Grant>,
+    /// Codes, with whether they have been taken (the tombstone).
+    codes: HashMap<SecretHash, (CodeRecord, bool)>,
+    access: HashMap<SecretHash, AccessTokenRecord>,
+    refresh: HashMap<SecretHash, RefreshTokenRecord>,
+}
+
+impl TokenState {
+    fn grant_revoked(&self, id: GrantId) -> bool {
+        // A token whose grant is unknown is treated as revoked: it cannot be
+        // traced to a live authorization.
+        self.grants
+            .get(&id)
+            .is_none_or(|grant| grant.revoked_at.is_some())
+    }
+}
+
+/// [`TokenStore`] in memory.
+#[derive(Default)]
+pub struct MemoryTokenStore {
+    state: Mutex<TokenState>,
+}
+
+impl MemoryTokenStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl TokenStore for MemoryTokenStore {
+    async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
+        let mut state = lock(&self.state);
+        if state.grants.contains_key(&grant.id) {
+            return Err(StoreError::Duplicate { what: "grant" });
+        }
+        state.grants.insert(grant.id, grant.clone());
+        Ok(())
+    }
+
+    async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError> {
+        Ok(lock(&self.state).grants.get(&id).cloned())
+    }
+
+    async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
+        let mut state = lock(&self.state);
+        match state.grants.get_mut(&id) {
+            Some(grant) => {
+                grant.revoked_at.get_or_insert(at);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError> {
+        let mut state = lock(&self.state);
+        if state.codes.contains_key(&code.hash) {
+            return Err(StoreError::Duplicate {
+                what: "authorization code",
+            });
+        }
+        state.codes.insert(code.hash, (code.clone(), false));
+        Ok(())
+    }
+
+    async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError> {
+        let mut state = lock(&self.state);
+        Ok(match state.codes.get_mut(hash) {
+            None => CodeTake::NotFound,
+            Some((record, taken @ false)) => {
+                *taken = true;
+                CodeTake::Taken(record.clone())
+            }
+            Some((record, true)) => CodeTake::AlreadyTaken {
+                grant_id: record.grant_id,
+                client_id: record.client_id.clone(),
+            },
+        })
+    }
+
+    async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
+        let mut state = lock(&self.state);
+        if state.access.contains_key(&token.hash) {
+            return Err(StoreError::Duplicate {
+                what: "access token",
+            });
+        }
+        state.access.insert(
+            token.hash,
+            AccessTokenRecord {
+                revoked: false,
+                ..token.clone()
+            },
+        );
+        Ok(())
+    }
+
+    async fn find_access_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<AccessTokenRecord>, StoreError> {
+        let state = lock(&self.state);
+        Ok(state.access.get(hash).map(|record| AccessTokenRecord {
+            revoked: state.grant_revoked(record.grant_id),
+            ..record.clone()
+        }))
+    }
+
+    async fn insert_refresh_token(&self, token: &RefreshTokenRecord) -> Result<(), StoreError> {
+        let mut state = lock(&self.state);
+        if state.refresh.contains_key(&token.hash) {
+            return Err(StoreError::Duplicate {
+                what: "refresh token",
+            });
+        }
+        state.refresh.insert(
+            token.hash,
+            RefreshTokenRecord {
+                revoked: false,
+                ..token.clone()
+            },
+        );
+        Ok(())
+    }
+
+    async fn find_refresh_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<RefreshTokenRecord>, StoreError> {
+        let state = lock(&self.state);
+        Ok(state.refresh.get(hash).map(|record| RefreshTokenRecord {
+            revoked: state.grant_revoked(record.grant_id),
+            ..record.clone()
+        }))
+    }
+
+    async fn rotate_refresh_token(
+        &self,
+        old: &SecretHash,
+        successor: &RefreshTokenRecord,
+        at: OffsetDateTime,
+    ) -> Result<Rotation, StoreError> {
+        let mut state = lock(&self.state);
+        let Some(record) = state.refresh.get(old) else {
+            return Ok(Rotation::NotFound);
+        };
+        if state.grant_revoked(record.grant_id) {
+            return Ok(Rotation::Revoked);
+        }
+        if let RefreshState::Rotated { at, successor } = &record.state {
+            return Ok(Rotation::AlreadyRotated {
+                at: *at,
+                successor: *successor,
+            });
+        }
+        if state.refresh.contains_key(&successor.hash) {
+            return Err(StoreError::Duplicate {
+                what: "refresh token",
+            });
+        }
+        if let Some(record) = state.refresh.get_mut(old) {
+            record.state = RefreshState::Rotated {
+                at,
+                successor: successor.hash,
+            };
+        }
+        state.refresh.insert(
+            successor.hash,
+            RefreshTokenRecord {
+                revoked: false,
+                state: RefreshState::Active,
+                ..successor.clone()
+            },
+        );
+        Ok(Rotation::Rotated)
+    }
+}
+
+/// [`ClientRegistry`] in memory.
+#[derive(Default)]
+pub struct MemoryClientRegistry {
+    clients: Mutex<HashMap<ClientId, Client>>,
+}
+
+impl MemoryClientRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl ClientRegistry for MemoryClientRegistry {
+    async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
+        let mut clients = lock(&self.clients);
+        if clients.contains_key(&client.id) {
+            return Err(StoreError::Duplicate { what: "client" });
+        }
+        clients.insert(client.id.clone(), client.clone());
+        Ok(())
+    }
+
+    async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
+        Ok(lock(&self.clients).get(id).cloned())
+    }
+}
+
+/// [`AccountStore`] in memory.
+#[derive(Default)]
+pub struct MemoryAccountStore {
+    accounts: Mutex<HashMap<AccountId, Account>>,
+}
+
+impl MemoryAccountStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl AccountStore for MemoryAccountStore {
+    async fn insert_account(&self, account: &Account) -> Result<(), StoreError> {
+        let mut accounts = lock(&self.accounts);
+        if accounts.contains_key(&account.id) || accounts.values().any(|a| a.email == account.email)
+        {
+            return Err(StoreError::Duplicate { what: "account" });
+        }
+        accounts.insert(account.id, account.clone());
+        Ok(())
+    }
+
+    async fn find_account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
+        Ok(lock(&self.accounts).get(&id).cloned())
+    }
+
+    async fn find_account_by_email(&self, email: &str) -> Result<Option<Account>, StoreError> {
+        Ok(lock(&self.accounts)
+            .values()
+            .find(|a| a.email == email)
+            .cloned())
+    }
+}
+
+/// [`ApiKeyStore`] in memory.
+#[derive(Default)]
+pub struct MemoryApiKeyStore {
+    keys: Mutex<Vec<ApiKeyRecord>>,
+}
+
+impl MemoryApiKeyStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl ApiKeyStore for MemoryApiKeyStore {
+    async fn insert_api_key(
+        &self,
+        key: &ApiKeyRecord,
+        max_per_account: usize,
+    ) -> Result<bool, StoreError> {
+        let mut keys = lock(&self.keys);
+        if keys.iter().any(|k| k.id == key.id || k.hash == key.hash) {
+            return Err(StoreError::Duplicate { what: "api key" });
+        }
+        if keys
+            .iter()
+            .filter(|k| k.account_id == key.account_id)
+            .count()
+            >= max_per_account
+        {
+            return Ok(false);
+        }
+        keys.push(key.clone());
+        Ok(true)
+    }
+
+    async fn find_api_key(&self, hash: &SecretHash) -> Result<Option<ApiKeyRecord>, StoreError> {
+        Ok(lock(&self.keys).iter().find(|k| k.hash == *hash).cloned())
+    }
+
+    async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
+        let mut keys = lock(&self.keys);
+        match keys.iter_mut().find(|k| k.id == id) {
+            Some(key) => {
+                key.active = active;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn list_api_keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        Ok(lock(&self.keys)
+            .iter()
+            .filter(|k| k.account_id == account)
+            .cloned()
+            .collect())
+    }
+}
+
+struct Claim {
+    fingerprint: [u8; 32],
+    expires_at: OffsetDateTime,
+    event_uuids: Vec<Uuid>,
+    batch_uuid: Option<Uuid>,
+}
+
+#[derive(Default)]
+struct EventState {
+    events: HashMap<Uuid, RecordedEvent>,
+    claims: HashMap<(AccountId, String), Claim>,
+}
+
+/// [`EventSink`] in memory.
+#[derive(Default)]
+pub struct MemoryEventSink {
+    state: Mutex<EventState>,
+}
+
+impl MemoryEventSink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many events are recorded.
+    pub fn len(&self) -> usize {
+        lock(&self.state).events.len()
+    }
+
+    /// Whether no event is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[async_trait]
+impl EventSink for MemoryEventSink {
+    async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
+        let mut state = lock(&self.state);
+        if let Some(claim) = &submission.idempotency {
+            let id = (claim.account_id, claim.key.clone());
+            if let Some(existing) = state
+                .claims
+                .get(&id)
+                .filter(|existing| existing.expires_at > claim.created_at)
+            {
+                return Ok(if existing.fingerprint == claim.fingerprint {
+                    RecordOutcome::Replayed {
+                        event_uuids: existing.event_uuids.clone(),
+                        batch_uuid: existing.batch_uuid,
+                    }
+                } else {
+                    RecordOutcome::KeyReused
+                });
+            }
+        }
+        // Check every uuid before inserting any: all or nothing.
+        let mut seen = std::collections::HashSet::new();
+        for event in &submission.events {
+            if state.events.contains_key(&event.event_uuid) || !seen.insert(event.event_uuid) {
+                return Err(StoreError::Duplicate { what: "event" });
+            }
+        }
+        for event in &submission.events {
+            state.events.insert(event.event_uuid, event.clone());
+        }
+        if let Some(claim) = &submission.idempotency {
+            state.claims.insert(
+                (claim.account_id, claim.key.clone()),
+                Claim {
+                    fingerprint: claim.fingerprint,
+                    expires_at: claim.expires_at,
+                    event_uuids: submission.events.iter().map(|e| e.event_uuid).collect(),
+                    batch_uuid: submission.batch_uuid,
+                },
+            );
+        }
+        Ok(RecordOutcome::Recorded)
+    }
+
+    async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {
+        Ok(lock(&self.state).events.get(&event_uuid).cloned())
+    }
+}

@@ -1,0 +1,323 @@
+//! The storage contract: the traits a host implements (or takes from this
+//! crate) to keep clients, accounts, API keys, grants, tokens and events.
+//!
+//! Every trait takes `&self`, is `Send + Sync`, and is used as `Arc<dyn _>`.
+//! `Ok(None)` always means "no such record"; `Err` always means the backend
+//! could not answer. The operations marked *atomic* must hold across
+//! concurrent callers, across connections and, for shared databases, across
+//! processes: the conformance suite (feature `test-util`) checks them.
+
+use std::error::Error;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{
+    AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeRecord,
+    EventSubmission, Grant, GrantId, HttpAnswer, RecordOutcome, RecordedEvent, RefreshTokenRecord,
+    SecretHash,
+};
+
+/// A storage failure.
+///
+/// Not finding a record is not an error (that is `Ok(None)`); this is the
+/// backend failing. The service answers it with 503 and a generic body:
+/// the detail kept in `source` is for the host's logs only.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backend failed: database down, pool exhausted, timeout, I/O.
+    #[error("storage backend failed while trying to {action}")]
+    Backend {
+        /// What the store was doing, in a few words ("insert an event").
+        action: &'static str,
+        /// The backend's own error.
+        #[source]
+        source: Arc<dyn Error + Send + Sync>,
+    },
+    /// An insert met a record with the same identifier or hash.
+    #[error("a {what} with the same identifier already exists")]
+    Duplicate {
+        /// The kind of record ("client", "access token").
+        what: &'static str,
+    },
+}
+
+impl StoreError {
+    /// Wraps a backend error.
+    pub fn backend(action: &'static str, source: impl Error + Send + Sync + 'static) -> Self {
+        StoreError::Backend {
+            action,
+            source: Arc::new(source),
+        }
+    }
+
+    /// The HTTP answer: always 503 `SERVICE_UNAVAILABLE` with a generic
+    /// message, so that no internal detail reaches a client. A client may
+    /// retry: nothing was acknowledged.
+    pub fn to_answer(&self) -> HttpAnswer {
+        match self {
+            StoreError::Backend { .. } | StoreError::Duplicate { .. } => HttpAnswer::error(
+                503,
+                "SERVICE_UNAVAILABLE",
+                "the service is temporarily unavailable, please retry",
+            )
+            .with_header("retry-after", "1"),
+        }
+    }
+}
+
+/// The result of [`TokenStore::take_code`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CodeTake {
+    /// This caller consumed the code; no other caller ever will.
+    Taken(CodeRecord),
+    /// The code was consumed before. Its grant is named so that the tokens
+    /// issued from it can be revoked (RFC 6749 section 4.1.2).
+    AlreadyTaken {
+        /// The grant the code belonged to.
+        grant_id: GrantId,
+        /// The client it was issued to.
+        client_id: ClientId,
+    },
+    /// No code with this hash was ever stored.
+    NotFound,
+}
+
+/// The result of [`TokenStore::rotate_refresh_token`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rotation {
+    /// This caller rotated the token; the successor is stored and active.
+    Rotated,
+    /// The token had already been rotated (by a concurrent caller or
+    /// earlier); nothing changed.
+    AlreadyRotated {
+        /// When it was rotated.
+        at: OffsetDateTime,
+        /// The hash of its successor.
+        successor: SecretHash,
+    },
+    /// The token's grant is revoked; nothing changed.
+    Revoked,
+    /// No such token; nothing changed.
+    NotFound,
+}
+
+/// Grants, authorization codes, access tokens and refresh tokens.
+///
+/// Called by the service layer only; hosts implement it for their database.
+#[async_trait]
+pub trait TokenStore: Send + Sync {
+    /// Stores a new grant.
+    ///
+    /// # Errors
+    /// [`StoreError::Duplicate`] if the id exists; `Backend` on failure.
+    async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError>;
+
+    /// The grant with this id, revoked or not.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError>;
+
+    /// Revokes a grant, *atomically*: once this returns, every access and
+    /// refresh token of the grant, including tokens inserted later, reads back
+    /// with `revoked: true`. Revoking twice keeps the first time. Returns
+    /// whether the grant exists.
+    ///
+    /// # Errors
+    /// `Backend` on failure (then nothing may be assumed revoked).
+    async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError>;
+
+    /// Stores a new authorization code.
+    ///
+    /// # Errors
+    /// `Duplicate` if the hash exists; `Backend` on failure.
+    async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError>;
+
+    /// Consumes a code, *atomically*: the same code must never be returned
+    /// as [`CodeTake::Taken`] twice, however many callers race. A consumed
+    /// code is kept as a tombstone so later attempts get
+    /// [`CodeTake::AlreadyTaken`] with its grant. Expiry is not checked here:
+    /// the caller decides on the record.
+    ///
+    /// # Errors
+    /// `Backend` on failure (then the code may or may not be consumed).
+    async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError>;
+
+    /// Stores a new access token.
+    ///
+    /// # Errors
+    /// `Duplicate` if the hash exists; `Backend` on failure.
+    async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError>;
+
+    /// The access token with this hash, with `revoked` read from its grant.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_access_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<AccessTokenRecord>, StoreError>;
+
+    /// Stores a new refresh token.
+    ///
+    /// # Errors
+    /// `Duplicate` if the hash exists; `Backend` on failure.
+    async fn insert_refresh_token(&self, token: &RefreshTokenRecord) -> Result<(), StoreError>;
+
+    /// The refresh token with this hash, with `revoked` read from its grant.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_refresh_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<RefreshTokenRecord>, StoreError>;
+
+    /// Rotates a refresh token, *atomically*: if `old` is active and its grant
+    /// not revoked, mark it rotated at `at` with `successor.hash`, and insert
+    /// `successor`, as one step. Exactly one of any number of concurrent
+    /// callers gets [`Rotation::Rotated`]; the others get
+    /// [`Rotation::AlreadyRotated`] naming the winner's successor.
+    ///
+    /// # Errors
+    /// `Backend` on failure (then neither change may have happened).
+    async fn rotate_refresh_token(
+        &self,
+        old: &SecretHash,
+        successor: &RefreshTokenRecord,
+        at: OffsetDateTime,
+    ) -> Result<Rotation, StoreError>;
+}
+
+/// Registered applications.
+#[async_trait]
+pub trait ClientRegistry: Send + Sync {
+    /// Registers an application.
+    ///
+    /// # Errors
+    /// `Duplicate` if the client id exists; `Backend` on failure.
+    async fn register_client(&self, client: &Client) -> Result<(), StoreError>;
+
+    /// The application with this id.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError>;
+}
+
+/// Accounts.
+#[async_trait]
+pub trait AccountStore: Send + Sync {
+    /// Stores a new account.
+    ///
+    /// # Errors
+    /// `Duplicate` if the id or the e-mail exists; `Backend` on failure.
+    async fn insert_account(&self, account: &Account) -> Result<(), StoreError>;
+
+    /// The account with this id.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_account(&self, id: AccountId) -> Result<Option<Account>, StoreError>;
+
+    /// The account whose login e-mail is `email` (already lowercased by the
+    /// caller; compared exactly).
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_account_by_email(&self, email: &str) -> Result<Option<Account>, StoreError>;
+}
+
+/// API keys, stored as hashes.
+#[async_trait]
+pub trait ApiKeyStore: Send + Sync {
+    /// Stores a new key, *atomically* refusing it when its account already
+    /// holds `max_per_account` keys (switched off ones count). Returns whether
+    /// it was stored.
+    ///
+    /// # Errors
+    /// `Duplicate` if the id or hash exists; `Backend` on failure.
+    async fn insert_api_key(
+        &self,
+        key: &ApiKeyRecord,
+        max_per_account: usize,
+    ) -> Result<bool, StoreError>;
+
+    /// The key with this hash, active or not.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_api_key(&self, hash: &SecretHash) -> Result<Option<ApiKeyRecord>, StoreError>;
+
+    /// Switches a key on or off. Returns whether the key exists.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError>;
+
+    /// The keys of an account, oldest first.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn list_api_keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, StoreError>;
+}
+
+/// Where accepted conversion events go.
+#[async_trait]
+pub trait EventSink: Send + Sync {
+    /// Records a submission, *atomically* and durably: either every event is
+    /// stored (and the idempotency key, if any, claimed with them) before
+    /// this returns `Ok(Recorded)`, or none is. An `Ok` is what the client's
+    /// `event_uuid` acknowledges, so it must not be given before the events
+    /// would survive a restart of the store.
+    ///
+    /// With an idempotency claim: if an unexpired claim for the same account
+    /// and key exists, nothing is recorded and the answer is
+    /// [`RecordOutcome::Replayed`] (same fingerprint) or
+    /// [`RecordOutcome::KeyReused`] (another one). A claim is unexpired while
+    /// its `expires_at` is after the new claim's `created_at`. Concurrent
+    /// submissions with the same key: exactly one records.
+    ///
+    /// # Errors
+    /// `Duplicate` if an event uuid exists; `Backend` on failure, with
+    /// nothing recorded.
+    async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError>;
+
+    /// The event recorded under `event_uuid`.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_answer_503_without_detail() {
+        let error = StoreError::backend("insert an event", std::io::Error::other("disk on fire"));
+        let answer = error.to_answer();
+        assert_eq!(answer.status, 503);
+        assert_eq!(
+            answer.json_body().unwrap()["error_type"],
+            "SERVICE_UNAVAILABLE"
+        );
+        assert!(
+            !String::from_utf8(answer.body_bytes())
+                .unwrap()
+                .contains("disk")
+        );
+        assert_eq!(
+            error.to_string(),
+            "storage backend failed while trying to insert an event"
+        );
+        assert!(std::error::Error::source(&error).is_some());
+    }
+}

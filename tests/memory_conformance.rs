@@ -1,0 +1,34 @@
+//! The in-memory stores keep the storage contract, concurrency included.
+#![cfg(feature = "test-util")]
+
+use std::sync::Arc;
+
+use conversion_gateway::conformance;
+use conversion_gateway::{
+    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_token_store_keeps_the_contract() {
+    conformance::check_token_store(Arc::new(MemoryTokenStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_client_registry_keeps_the_contract() {
+    conformance::check_client_registry(Arc::new(MemoryClientRegistry::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_account_store_keeps_the_contract() {
+    conformance::check_account_store(Arc::new(MemoryAccountStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_api_key_store_keeps_the_contract() {
+    conformance::check_api_key_store(Arc::new(MemoryApiKeyStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_event_sink_keeps_the_contract() {
+    conformance::check_event_sink(Arc::new(MemoryEventSink::new())).await;
+}
