@@ -1,0 +1,83 @@
+//! Bearer authentication of API calls: one function for hosts to guard
+//! their own routes.
+
+use serde_json::json;
+
+use crate::request::{HeaderCredentials, parse_authorization};
+use crate::{AccessRefusal, AccessToken, Caller, Gateway, HttpAnswer, StoreError, check_access_token};
+
+/// Why a bearer token did not authenticate.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BearerError {
+    /// No `Authorization: Bearer` header.
+    #[error("the request carries no bearer token")]
+    Missing,
+    /// The token is unknown or its grant was revoked.
+    #[error("the access token is invalid or was revoked")]
+    Invalid,
+    /// The token's lifetime has passed: refresh it.
+    #[error("the access token expired")]
+    Expired,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl BearerError {
+    /// The 401 answer, with the challenge clients read (COMPAT.md): they tell
+    /// an expired token from a bad one by the exact text
+    /// `error="expired_token"`. Exhaustive.
+    pub fn to_answer(&self, realm: &str) -> HttpAnswer {
+        let (oauth_error, description) = match self {
+            BearerError::Missing => ("invalid_request", "The request carries no bearer token"),
+            BearerError::Invalid => ("invalid_token", "The access token is invalid or was revoked"),
+            BearerError::Expired => ("expired_token", "The access token expired"),
+            BearerError::Store(error) => return error.to_answer(),
+        };
+        HttpAnswer::json(
+            401,
+            json!({ "error_type": "UNAUTHORIZED", "error_message": self.to_string() }),
+        )
+        .with_header(
+            "www-authenticate",
+            format!(
+                "Bearer realm=\"{realm}\", error=\"{oauth_error}\", error_description=\"{description}\""
+            ),
+        )
+    }
+}
+
+impl Gateway {
+    /// Authenticates an API call by its `Authorization` header: who is
+    /// calling, or why not. Hosts guard their own routes with it:
+    ///
+    /// ```ignore
+    /// let caller = match gateway.authenticate_bearer(headers.authorization).await {
+    ///     Ok(caller) => caller,
+    ///     Err(error) => return error.to_answer(&gateway.config().realm()),
+    /// };
+    /// ```
+    ///
+    /// # Errors
+    /// [`BearerError`], answered with [`BearerError::to_answer`].
+    pub async fn authenticate_bearer(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<Caller, BearerError> {
+        let token = match authorization.map(parse_authorization) {
+            Some(HeaderCredentials::Bearer(token)) => AccessToken::new(token),
+            _ => return Err(BearerError::Missing),
+        };
+        let record = self
+            .stores
+            .tokens
+            .find_access_token(&token.hash(&self.hasher))
+            .await?
+            .ok_or(BearerError::Invalid)?;
+        check_access_token(&record, self.clock.now()).map_err(|refusal| match refusal {
+            AccessRefusal::Revoked => BearerError::Invalid,
+            AccessRefusal::Expired => BearerError::Expired,
+        })
+    }
+}

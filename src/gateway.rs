@@ -1,0 +1,150 @@
+//! The service type: holds the stores, the clock, the random source and the
+//! configuration, and runs every operation as load, decide, persist.
+//!
+//! The endpoints live in their own files (`dialog.rs`, `token_endpoint.rs`,
+//! `revocation.rs`, `bearer.rs`, `intake.rs`) as further `impl Gateway`
+//! blocks; this file has the construction and the administrative operations.
+
+use std::sync::Arc;
+
+use crate::{
+    Account, AccountId, AccountStore, ApiKey, ApiKeyId, ApiKeyRecord, ApiKeyStore, Client,
+    ClientRegistry, ClientSecret, Clock, EventSink, GatewayConfig, MemoryAccountStore,
+    MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore, OsRandom,
+    RandomSource, SecretHasher, StoreError, SystemClock, TokenStore,
+};
+
+/// The stores a [`Gateway`] works on, one per storage trait.
+#[derive(Clone)]
+pub struct Stores {
+    /// Grants, codes and tokens.
+    pub tokens: Arc<dyn TokenStore>,
+    /// Registered applications.
+    pub clients: Arc<dyn ClientRegistry>,
+    /// Accounts.
+    pub accounts: Arc<dyn AccountStore>,
+    /// API keys.
+    pub api_keys: Arc<dyn ApiKeyStore>,
+    /// Accepted conversion events.
+    pub events: Arc<dyn EventSink>,
+}
+
+impl Stores {
+    /// Fresh in-memory stores, for tests and for hosts that keep nothing
+    /// across restarts.
+    pub fn in_memory() -> Self {
+        Self {
+            tokens: Arc::new(MemoryTokenStore::new()),
+            clients: Arc::new(MemoryClientRegistry::new()),
+            accounts: Arc::new(MemoryAccountStore::new()),
+            api_keys: Arc::new(MemoryApiKeyStore::new()),
+            events: Arc::new(MemoryEventSink::new()),
+        }
+    }
+}
+
+/// The authorization and conversion-intake service.
+///
+/// Cheap to share: wrap it in an `Arc` and hand it to every request handler.
+/// Each endpoint method takes the request parts an adapter extracted and
+/// returns an [`crate::HttpAnswer`]; see the crate docs for the flow.
+pub struct Gateway {
+    pub(crate) stores: Stores,
+    pub(crate) config: GatewayConfig,
+    pub(crate) hasher: SecretHasher,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) random: Arc<dyn RandomSource>,
+}
+
+impl Gateway {
+    /// A gateway over `stores`, hashing secrets with `hasher`, on the system
+    /// clock and the operating system's random source.
+    pub fn new(config: GatewayConfig, stores: Stores, hasher: SecretHasher) -> Self {
+        Self { stores, config, hasher, clock: Arc::new(SystemClock), random: Arc::new(OsRandom) }
+    }
+
+    /// Replaces the clock (tests use a [`crate::ManualClock`]).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Replaces the random source (tests use a [`crate::SeededRandom`]).
+    pub fn with_random(mut self, random: Arc<dyn RandomSource>) -> Self {
+        self.random = random;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+
+    /// The stores.
+    pub fn stores(&self) -> &Stores {
+        &self.stores
+    }
+
+    /// Registers an application. Returns it and its client secret, which is
+    /// not kept and must be handed to the developer now.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn register_client(
+        &self,
+        name: &str,
+        redirect_uris: Vec<String>,
+        require_pkce: bool,
+    ) -> Result<(Client, ClientSecret), StoreError> {
+        let (mut client, secret) =
+            Client::register(name, redirect_uris, &*self.random, &self.hasher);
+        client.require_pkce = require_pkce;
+        self.stores.clients.register_client(&client).await?;
+        Ok((client, secret))
+    }
+
+    /// Stores a new account.
+    ///
+    /// # Errors
+    /// The store's error (`Duplicate` for a taken e-mail).
+    pub async fn create_account(&self, account: &Account) -> Result<(), StoreError> {
+        self.stores.accounts.insert_account(account).await
+    }
+
+    /// The account with this login e-mail (compared lowercased), for the
+    /// host's login form.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn find_account_by_email(&self, email: &str) -> Result<Option<Account>, StoreError> {
+        self.stores.accounts.find_account_by_email(&email.trim().to_lowercase()).await
+    }
+
+    /// Issues an API key for `account`. Returns `None` when the account
+    /// already holds the configured maximum of keys.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn issue_api_key(
+        &self,
+        account: AccountId,
+        label: &str,
+    ) -> Result<Option<(ApiKeyRecord, ApiKey)>, StoreError> {
+        let (record, key) =
+            ApiKeyRecord::issue(account, label, self.clock.now(), &*self.random, &self.hasher);
+        let stored = self
+            .stores
+            .api_keys
+            .insert_api_key(&record, self.config.max_api_keys_per_account)
+            .await?;
+        Ok(stored.then_some((record, key)))
+    }
+
+    /// Switches an API key off or back on. Returns whether it exists.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
+        self.stores.api_keys.set_api_key_active(id, active).await
+    }
+}

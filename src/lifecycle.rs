@@ -1,0 +1,313 @@
+//! The token lifecycle as pure decisions: each function takes the loaded
+//! records and `now`, and says what is allowed. No store, clock or random
+//! source is touched here; [`crate::Gateway`] loads, calls these, persists.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use time::{Duration, OffsetDateTime};
+
+use crate::{
+    AccessToken, AccessTokenRecord, AccountId, ClientId, CodeRecord, GatewayConfig, GrantId,
+    PkceChallenge, RefreshPolicy, RefreshState, RefreshToken, RefreshTokenRecord, SecretHasher,
+    TokenError,
+};
+
+/// The account, application and grant a token acts for: who is calling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The account the token acts on.
+    pub account_id: AccountId,
+    /// The application holding the token.
+    pub client_id: ClientId,
+    /// The grant the token was issued under.
+    pub grant_id: GrantId,
+}
+
+/// Whether `text` is a valid PKCE code verifier or S256 challenge: 43 to 128
+/// characters of RFC 3986's unreserved set (RFC 7636 sections 4.1 and 4.2).
+pub fn is_pkce_value(text: &str) -> bool {
+    (43..=128).contains(&text.len())
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+}
+
+/// Whether `verifier` matches `challenge` under method S256 (RFC 7636
+/// section 4.6), compared in constant time.
+pub fn pkce_matches(challenge: &PkceChallenge, verifier: &str) -> bool {
+    if !is_pkce_value(verifier) {
+        return false;
+    }
+    let computed = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    computed.as_bytes().ct_eq(challenge.challenge.as_bytes()).into()
+}
+
+/// Decides whether a just-consumed code may be exchanged by `client` now.
+///
+/// # Errors
+/// - [`TokenError::InvalidCode`] if the code belongs to another client or
+///   `redirect_uri` was sent and differs from the one the code was issued for
+///   (RFC 6749 section 4.1.3);
+/// - [`TokenError::ExpiredCode`] once `now` reaches its expiry;
+/// - [`TokenError::InvalidCodeVerifier`] if the PKCE verifier is missing or
+///   wrong, or was sent for a code issued without a challenge (RFC 9700
+///   section 2.1.1: that would let an attacker downgrade PKCE away).
+pub fn check_code_exchange(
+    code: &CodeRecord,
+    client: &ClientId,
+    redirect_uri: Option<&str>,
+    code_verifier: Option<&str>,
+    now: OffsetDateTime,
+) -> Result<(), TokenError> {
+    if code.client_id != *client {
+        return Err(TokenError::InvalidCode);
+    }
+    if redirect_uri.is_some_and(|uri| uri != code.redirect_uri) {
+        return Err(TokenError::InvalidCode);
+    }
+    if now >= code.expires_at {
+        return Err(TokenError::ExpiredCode);
+    }
+    match (&code.pkce, code_verifier) {
+        (None, None) => Ok(()),
+        (Some(challenge), Some(verifier)) if pkce_matches(challenge, verifier) => Ok(()),
+        _ => Err(TokenError::InvalidCodeVerifier),
+    }
+}
+
+/// Decides whether a refresh token, as loaded, may be used by `client` now.
+/// Its rotation state is judged separately, by [`judge_rotated_use`].
+///
+/// # Errors
+/// [`TokenError::InvalidRefreshToken`] if its grant is revoked, it belongs to
+/// another client (RFC 6749 section 6), or it has expired.
+pub fn check_refresh_token(
+    token: &RefreshTokenRecord,
+    client: &ClientId,
+    now: OffsetDateTime,
+) -> Result<(), TokenError> {
+    let expired = token.expires_at.is_some_and(|expires_at| now >= expires_at);
+    if token.revoked || token.client_id != *client || expired {
+        return Err(TokenError::InvalidRefreshToken);
+    }
+    Ok(())
+}
+
+/// What a second use of an already-rotated refresh token means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RotatedUse {
+    /// Within the grace window: a concurrent refresh by the same client,
+    /// answered with the same successor.
+    Grace,
+    /// Outside it: the token was replayed, so the grant is revoked (RFC 9700
+    /// section 4.14.2).
+    Reuse,
+}
+
+/// Judges a use, at `now`, of a refresh token rotated at `rotated_at`.
+pub fn judge_rotated_use(
+    rotated_at: OffsetDateTime,
+    now: OffsetDateTime,
+    policy: RefreshPolicy,
+) -> RotatedUse {
+    let grace = match policy {
+        RefreshPolicy::Rotate { grace } => grace,
+        // A token rotated before the host switched to reuse: no new rotations
+        // happen, but old tombstones keep their meaning.
+        RefreshPolicy::Reuse => Duration::ZERO,
+    };
+    if now - rotated_at <= grace { RotatedUse::Grace } else { RotatedUse::Reuse }
+}
+
+/// Whether a refresh token is still in its active state.
+pub fn is_active(token: &RefreshTokenRecord) -> bool {
+    matches!(token.state, RefreshState::Active)
+}
+
+/// The record of a new access token for `caller`, issued `now`.
+pub fn access_token_record(
+    token: &AccessToken,
+    caller: &Caller,
+    now: OffsetDateTime,
+    config: &GatewayConfig,
+    hasher: &SecretHasher,
+) -> AccessTokenRecord {
+    AccessTokenRecord {
+        hash: token.hash(hasher),
+        grant_id: caller.grant_id,
+        client_id: caller.client_id.clone(),
+        account_id: caller.account_id,
+        issued_at: now,
+        expires_at: now + config.access_token_lifetime,
+        revoked: false,
+    }
+}
+
+/// The record of a new refresh token for `caller`, issued `now`.
+pub fn refresh_token_record(
+    token: &RefreshToken,
+    caller: &Caller,
+    now: OffsetDateTime,
+    config: &GatewayConfig,
+    hasher: &SecretHasher,
+) -> RefreshTokenRecord {
+    RefreshTokenRecord {
+        hash: token.hash(hasher),
+        grant_id: caller.grant_id,
+        client_id: caller.client_id.clone(),
+        account_id: caller.account_id,
+        issued_at: now,
+        expires_at: config.refresh_token_lifetime.map(|lifetime| now + lifetime),
+        state: RefreshState::Active,
+        revoked: false,
+    }
+}
+
+/// Decides whether a loaded access token authenticates its bearer now.
+/// The token lives until `now` reaches `expires_at`: at exactly the lifetime
+/// it has expired.
+pub fn check_access_token(
+    token: &AccessTokenRecord,
+    now: OffsetDateTime,
+) -> Result<Caller, AccessRefusal> {
+    if token.revoked {
+        return Err(AccessRefusal::Revoked);
+    }
+    if now >= token.expires_at {
+        return Err(AccessRefusal::Expired);
+    }
+    Ok(Caller {
+        account_id: token.account_id,
+        client_id: token.client_id.clone(),
+        grant_id: token.grant_id,
+    })
+}
+
+/// Why a loaded access token does not authenticate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessRefusal {
+    /// Its grant was revoked.
+    Revoked,
+    /// Its lifetime has passed.
+    Expired,
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::{SecretHash, SeededRandom};
+
+    const NOW: OffsetDateTime = datetime!(2026-01-01 00:00:00 UTC);
+
+    fn caller() -> Caller {
+        Caller {
+            account_id: AccountId(Uuid::nil()),
+            client_id: ClientId::new("app"),
+            grant_id: GrantId(Uuid::nil()),
+        }
+    }
+
+    fn code(pkce: Option<&str>) -> CodeRecord {
+        CodeRecord {
+            hash: SecretHash::from_bytes([0; 32]),
+            grant_id: GrantId(Uuid::nil()),
+            client_id: ClientId::new("app"),
+            account_id: AccountId(Uuid::nil()),
+            redirect_uri: "https://app.example/cb".into(),
+            pkce: pkce.map(|c| PkceChallenge { challenge: c.into() }),
+            issued_at: NOW,
+            expires_at: NOW + Duration::minutes(10),
+        }
+    }
+
+    // RFC 7636 appendix B.
+    const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+    const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+
+    #[test]
+    fn pkce_matches_the_rfc_example() {
+        let challenge = PkceChallenge { challenge: CHALLENGE.into() };
+        assert!(pkce_matches(&challenge, VERIFIER));
+        assert!(!pkce_matches(&challenge, &VERIFIER.replace('d', "e")));
+        assert!(!pkce_matches(&challenge, "short"));
+        assert!(is_pkce_value(CHALLENGE));
+        assert!(!is_pkce_value(&"a".repeat(129)));
+        assert!(!is_pkce_value(&format!("{}!", &VERIFIER[..43])));
+    }
+
+    #[test]
+    fn code_checks_client_redirect_expiry_and_pkce() {
+        let app = ClientId::new("app");
+        assert!(check_code_exchange(&code(None), &app, None, None, NOW).is_ok());
+        assert!(matches!(
+            check_code_exchange(&code(None), &ClientId::new("other"), None, None, NOW),
+            Err(TokenError::InvalidCode)
+        ));
+        assert!(matches!(
+            check_code_exchange(&code(None), &app, Some("https://evil.example"), None, NOW),
+            Err(TokenError::InvalidCode)
+        ));
+        let last_moment = NOW + Duration::minutes(10) - Duration::nanoseconds(1);
+        assert!(check_code_exchange(&code(None), &app, None, None, last_moment).is_ok());
+        assert!(matches!(
+            check_code_exchange(&code(None), &app, None, None, NOW + Duration::minutes(10)),
+            Err(TokenError::ExpiredCode)
+        ));
+        let with_pkce = code(Some(CHALLENGE));
+        assert!(check_code_exchange(&with_pkce, &app, None, Some(VERIFIER), NOW).is_ok());
+        assert!(matches!(
+            check_code_exchange(&with_pkce, &app, None, None, NOW),
+            Err(TokenError::InvalidCodeVerifier)
+        ));
+        assert!(matches!(
+            check_code_exchange(&code(None), &app, None, Some(VERIFIER), NOW),
+            Err(TokenError::InvalidCodeVerifier)
+        ));
+    }
+
+    #[test]
+    fn access_tokens_expire_at_exactly_their_lifetime() {
+        let config = GatewayConfig::new("https://api.example");
+        let hasher = SecretHasher::new([1; 32]);
+        let token = AccessToken::generate(&SeededRandom::new(1));
+        let record = access_token_record(&token, &caller(), NOW, &config, &hasher);
+        let just_before = NOW + Duration::seconds(86_400) - Duration::nanoseconds(1);
+        assert_eq!(check_access_token(&record, just_before), Ok(caller()));
+        assert_eq!(
+            check_access_token(&record, NOW + Duration::seconds(86_400)),
+            Err(AccessRefusal::Expired)
+        );
+        let revoked = AccessTokenRecord { revoked: true, ..record };
+        assert_eq!(check_access_token(&revoked, NOW), Err(AccessRefusal::Revoked));
+    }
+
+    #[test]
+    fn rotated_use_is_grace_only_inside_the_window() {
+        let policy = RefreshPolicy::Rotate { grace: Duration::seconds(30) };
+        assert_eq!(judge_rotated_use(NOW, NOW + Duration::seconds(30), policy), RotatedUse::Grace);
+        assert_eq!(judge_rotated_use(NOW, NOW + Duration::seconds(31), policy), RotatedUse::Reuse);
+        assert_eq!(judge_rotated_use(NOW, NOW, RefreshPolicy::Reuse), RotatedUse::Grace);
+        assert_eq!(
+            judge_rotated_use(NOW, NOW + Duration::seconds(1), RefreshPolicy::Reuse),
+            RotatedUse::Reuse
+        );
+    }
+
+    #[test]
+    fn refresh_tokens_check_revocation_client_and_expiry() {
+        let mut config = GatewayConfig::new("https://api.example");
+        config.refresh_token_lifetime = Some(Duration::days(30));
+        let hasher = SecretHasher::new([1; 32]);
+        let token = RefreshToken::generate(&SeededRandom::new(2));
+        let record = refresh_token_record(&token, &caller(), NOW, &config, &hasher);
+        let app = ClientId::new("app");
+        assert!(check_refresh_token(&record, &app, NOW).is_ok());
+        assert!(check_refresh_token(&record, &ClientId::new("other"), NOW).is_err());
+        assert!(check_refresh_token(&record, &app, NOW + Duration::days(30)).is_err());
+        let revoked = RefreshTokenRecord { revoked: true, ..record };
+        assert!(check_refresh_token(&revoked, &app, NOW).is_err());
+    }
+}

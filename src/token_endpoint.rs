@@ -1,0 +1,338 @@
+//! The token endpoint (spec endpoints 2 and 3): `POST /auth/token` exchanges
+//! a code for tokens, or a refresh token for new ones.
+
+use serde_json::json;
+
+use crate::request::{HeaderCredentials, Params, ParamsError, parse_authorization};
+use crate::{
+    AccessToken, AuthorizationCode, Caller, Client, ClientId, ClientSecret, CodeTake, Gateway,
+    HttpAnswer, RefreshPolicy, RefreshState, RefreshToken, RequestParts, Rotation, RotatedUse,
+    SecretHash, TokenError, access_token_record, check_code_exchange, check_refresh_token,
+    is_active, judge_rotated_use, refresh_token_record,
+};
+
+/// A successful token answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenResponse {
+    /// The new access token.
+    pub access_token: AccessToken,
+    /// The refresh token to use next (the same one under
+    /// [`RefreshPolicy::Reuse`]).
+    pub refresh_token: RefreshToken,
+    /// The access token's lifetime in seconds (86400 by default).
+    pub expires_in: i64,
+    /// Who the tokens act for.
+    pub caller: Caller,
+}
+
+impl TokenResponse {
+    /// `200` with `access_token`, `refresh_token`, `expires_in` and
+    /// `token_type: "Bearer"` (which standard clients such as the Rust
+    /// `oauth2` crate require), never cached (RFC 6749 section 5.1).
+    pub fn to_answer(&self) -> HttpAnswer {
+        HttpAnswer::json(
+            200,
+            json!({
+                "access_token": self.access_token.expose(),
+                "refresh_token": self.refresh_token.expose(),
+                "expires_in": self.expires_in,
+                "token_type": "Bearer",
+            }),
+        )
+        .with_header("cache-control", "no-store")
+        .with_header("pragma", "no-cache")
+    }
+}
+
+/// What the token request asks for.
+enum GrantRequest {
+    Code { code: String, redirect_uri: Option<String>, code_verifier: Option<String> },
+    Refresh { refresh_token: String },
+}
+
+/// Client credentials as presented, and whether they came by HTTP Basic.
+pub(crate) struct PresentedClient {
+    pub(crate) id: String,
+    pub(crate) secret: String,
+    pub(crate) basic: bool,
+}
+
+pub(crate) fn params_error(error: ParamsError) -> TokenError {
+    match error {
+        ParamsError::UnsupportedMediaType => TokenError::UnsupportedMediaType,
+        ParamsError::Malformed => TokenError::MalformedBody,
+        ParamsError::Duplicate(name) => TokenError::DuplicateParameter { name },
+        ParamsError::NotAString(name) => TokenError::InvalidDataType { path: format!("body.{name}") },
+    }
+}
+
+/// The client credentials of a request: HTTP Basic (RFC 6749 section 2.3.1)
+/// or `client_id`/`client_secret` in the body. Both may be sent if they agree.
+/// A Bearer header is not client authentication and is ignored: some clients
+/// send their access token on every request, this one included (COMPAT.md).
+///
+/// Returns `Ok(None)` when neither was sent.
+pub(crate) fn presented_client(
+    params: &Params,
+    authorization: Option<&str>,
+) -> Result<Option<PresentedClient>, TokenError> {
+    let header = authorization.map(parse_authorization);
+    let body_id = params.get("client_id");
+    let body_secret = params.get("client_secret");
+    match header {
+        Some(HeaderCredentials::Basic { client_id, client_secret }) => {
+            if body_id.is_some_and(|id| id != client_id) {
+                return Err(TokenError::Conflicting {
+                    path: "body.client_id",
+                    reason: "it differs from the Authorization header",
+                });
+            }
+            if body_secret.is_some_and(|secret| secret != client_secret) {
+                return Err(TokenError::Conflicting {
+                    path: "body.client_secret",
+                    reason: "it differs from the Authorization header",
+                });
+            }
+            Ok(Some(PresentedClient { id: client_id, secret: client_secret, basic: true }))
+        }
+        Some(HeaderCredentials::Unreadable)
+            if authorization.is_some_and(|h| h.trim_start().to_ascii_lowercase().starts_with("basic")) =>
+        {
+            Err(TokenError::InvalidClient { basic: true })
+        }
+        _ => match (body_id, body_secret) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(TokenError::MissingField { path: "body.client_id" }),
+            (Some(_), None) => Err(TokenError::MissingField { path: "body.client_secret" }),
+            (Some(id), Some(secret)) => Ok(Some(PresentedClient {
+                id: id.to_owned(),
+                secret: secret.to_owned(),
+                basic: false,
+            })),
+        },
+    }
+}
+
+/// What the body asks for: `code` means issue, `refresh_token` means refresh,
+/// and a `grant_type`, when present, must agree. `code` may also come in the
+/// query string (one production client sends it there).
+fn grant_request(params: &Params, query: &Params) -> Result<GrantRequest, TokenError> {
+    let code = params.get("code").or_else(|| query.get("code"));
+    let refresh_token = params.get("refresh_token");
+    let wants_code = match params.get("grant_type") {
+        Some("authorization_code") => true,
+        Some("refresh_token") => false,
+        Some(_) => return Err(TokenError::UnsupportedGrantType),
+        None => match (code, refresh_token) {
+            (Some(_), Some(_)) => {
+                return Err(TokenError::Conflicting {
+                    path: "body.refresh_token",
+                    reason: "code and refresh_token exclude each other",
+                });
+            }
+            (_, None) => true,
+            (None, Some(_)) => false,
+        },
+    };
+    if wants_code {
+        if refresh_token.is_some() {
+            return Err(TokenError::Conflicting {
+                path: "body.refresh_token",
+                reason: "the request exchanges a code",
+            });
+        }
+        Ok(GrantRequest::Code {
+            code: code.ok_or(TokenError::MissingField { path: "body.code" })?.to_owned(),
+            redirect_uri: params.get("redirect_uri").map(str::to_owned),
+            code_verifier: params.get("code_verifier").map(str::to_owned),
+        })
+    } else {
+        if params.get("code").is_some() {
+            return Err(TokenError::Conflicting {
+                path: "body.code",
+                reason: "the request refreshes a token",
+            });
+        }
+        Ok(GrantRequest::Refresh {
+            refresh_token: refresh_token
+                .ok_or(TokenError::MissingField { path: "body.refresh_token" })?
+                .to_owned(),
+        })
+    }
+}
+
+impl Gateway {
+    /// `POST /auth/token`: the whole endpoint, answer included.
+    ///
+    /// Bodies may be JSON (as the spec shows) or a form (as standard OAuth
+    /// clients send); client credentials may be in the body or in HTTP Basic.
+    pub async fn token(&self, request: &RequestParts<'_>) -> HttpAnswer {
+        match self.token_response(request).await {
+            Ok(response) => response.to_answer(),
+            Err(error) => error.to_answer(&self.config.realm()),
+        }
+    }
+
+    /// `POST /auth/token`, returning the typed result for hosts that build
+    /// their own answer.
+    ///
+    /// # Errors
+    /// [`TokenError`], answered with [`TokenError::to_answer`].
+    pub async fn token_response(
+        &self,
+        request: &RequestParts<'_>,
+    ) -> Result<TokenResponse, TokenError> {
+        let params = Params::from_body(request.content_type, request.body).map_err(params_error)?;
+        let query = Params::from_form(request.query.as_bytes()).map_err(params_error)?;
+        let presented = presented_client(&params, request.authorization)?
+            .ok_or(TokenError::MissingField { path: "body.client_id" })?;
+        let grant = grant_request(&params, &query)?;
+        let client = self.authenticate_client(&presented).await?;
+        match grant {
+            GrantRequest::Code { code, redirect_uri, code_verifier } => {
+                self.exchange_code(&client, &code, redirect_uri.as_deref(), code_verifier.as_deref())
+                    .await
+            }
+            GrantRequest::Refresh { refresh_token } => {
+                self.refresh(&client, RefreshToken::new(refresh_token)).await
+            }
+        }
+    }
+
+    /// The registered client whose secret was presented.
+    pub(crate) async fn authenticate_client(
+        &self,
+        presented: &PresentedClient,
+    ) -> Result<Client, TokenError> {
+        let invalid = TokenError::InvalidClient { basic: presented.basic };
+        let client = self.stores.clients.find_client(&ClientId::new(presented.id.as_str())).await?;
+        // Hash the presented secret even for an unknown client, so that the
+        // answer's timing does not tell which client ids exist.
+        let secret = ClientSecret::new(presented.secret.as_str());
+        match client {
+            Some(client) if client.secret_matches(&secret, &self.hasher) => Ok(client),
+            Some(_) => Err(invalid),
+            None => {
+                let _ = secret.hash(&self.hasher);
+                Err(invalid)
+            }
+        }
+    }
+
+    async fn exchange_code(
+        &self,
+        client: &Client,
+        code: &str,
+        redirect_uri: Option<&str>,
+        code_verifier: Option<&str>,
+    ) -> Result<TokenResponse, TokenError> {
+        let now = self.clock.now();
+        let hash = AuthorizationCode::new(code).hash(&self.hasher);
+        let record = match self.stores.tokens.take_code(&hash).await? {
+            CodeTake::Taken(record) => record,
+            CodeTake::NotFound => return Err(TokenError::InvalidCode),
+            CodeTake::AlreadyTaken { grant_id, .. } => {
+                // RFC 6749 section 4.1.2: a code used twice revokes the tokens
+                // issued from it; the second user may be the thief.
+                self.stores.tokens.revoke_grant(grant_id, now).await?;
+                return Err(TokenError::ExpiredCode);
+            }
+        };
+        // The code is consumed whatever the check says: a wrong verifier or
+        // client burns it (RFC 7636 section 4.6, RFC 6749 section 10.5).
+        check_code_exchange(&record, &client.id, redirect_uri, code_verifier, now)?;
+        let caller = Caller {
+            account_id: record.account_id,
+            client_id: record.client_id,
+            grant_id: record.grant_id,
+        };
+        let refresh_token = RefreshToken::generate(&*self.random);
+        let refresh = refresh_token_record(&refresh_token, &caller, now, &self.config, &self.hasher);
+        self.stores.tokens.insert_refresh_token(&refresh).await?;
+        self.issue_access(caller, refresh_token, now).await
+    }
+
+    async fn refresh(
+        &self,
+        client: &Client,
+        presented: RefreshToken,
+    ) -> Result<TokenResponse, TokenError> {
+        let now = self.clock.now();
+        let hash = presented.hash(&self.hasher);
+        let record = self
+            .stores
+            .tokens
+            .find_refresh_token(&hash)
+            .await?
+            .ok_or(TokenError::InvalidRefreshToken)?;
+        check_refresh_token(&record, &client.id, now)?;
+        let caller = Caller {
+            account_id: record.account_id,
+            client_id: record.client_id.clone(),
+            grant_id: record.grant_id,
+        };
+        match (&record.state, self.config.refresh_policy) {
+            (RefreshState::Active, RefreshPolicy::Reuse) => {
+                self.issue_access(caller, presented, now).await
+            }
+            (RefreshState::Active, RefreshPolicy::Rotate { .. }) => {
+                let successor = presented.successor(&self.hasher);
+                let successor_record =
+                    refresh_token_record(&successor, &caller, now, &self.config, &self.hasher);
+                match self.stores.tokens.rotate_refresh_token(&hash, &successor_record, now).await? {
+                    Rotation::Rotated => self.issue_access(caller, successor, now).await,
+                    // Lost a race with a concurrent refresh of the same token.
+                    Rotation::AlreadyRotated { at, successor } => {
+                        self.rotated_use(caller, &presented, at, successor).await
+                    }
+                    Rotation::Revoked | Rotation::NotFound => Err(TokenError::InvalidRefreshToken),
+                }
+            }
+            (RefreshState::Rotated { at, successor }, _) => {
+                self.rotated_use(caller, &presented, *at, *successor).await
+            }
+        }
+    }
+
+    /// A use of a refresh token that was already rotated: within the grace
+    /// window the same successor is handed out again (if it is still the
+    /// live one); otherwise it is reuse, and the whole grant is revoked
+    /// (RFC 9700 section 4.14.2).
+    async fn rotated_use(
+        &self,
+        caller: Caller,
+        presented: &RefreshToken,
+        rotated_at: time::OffsetDateTime,
+        successor_hash: SecretHash,
+    ) -> Result<TokenResponse, TokenError> {
+        let now = self.clock.now();
+        if judge_rotated_use(rotated_at, now, self.config.refresh_policy) == RotatedUse::Grace {
+            let successor = presented.successor(&self.hasher);
+            let live = self.stores.tokens.find_refresh_token(&successor_hash).await?;
+            if successor.hash(&self.hasher) == successor_hash
+                && live.is_some_and(|record| is_active(&record) && !record.revoked)
+            {
+                return self.issue_access(caller, successor, now).await;
+            }
+        }
+        self.stores.tokens.revoke_grant(caller.grant_id, now).await?;
+        Err(TokenError::InvalidRefreshToken)
+    }
+
+    async fn issue_access(
+        &self,
+        caller: Caller,
+        refresh_token: RefreshToken,
+        now: time::OffsetDateTime,
+    ) -> Result<TokenResponse, TokenError> {
+        let access_token = AccessToken::generate(&*self.random);
+        let record = access_token_record(&access_token, &caller, now, &self.config, &self.hasher);
+        self.stores.tokens.insert_access_token(&record).await?;
+        Ok(TokenResponse {
+            access_token,
+            refresh_token,
+            expires_in: self.config.access_token_lifetime.whole_seconds(),
+            caller,
+        })
+    }
+}

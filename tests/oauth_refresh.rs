@@ -1,0 +1,184 @@
+//! The token lifecycle over time: expiry, refresh, rotation, reuse
+//! detection, the grace window and the reuse policy.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use common::*;
+use conversion_gateway::{BearerError, RefreshPolicy};
+use time::Duration;
+
+#[tokio::test]
+async fn an_access_token_expires_at_exactly_86400_seconds() {
+    let f = Fixture::new().await;
+    let (access, _) = f.tokens().await;
+    f.clock.advance(Duration::seconds(86_399));
+    assert!(f.bearer(&access).await.is_ok());
+    f.clock.advance(Duration::seconds(1));
+    let error = f.bearer(&access).await.unwrap_err();
+    assert!(matches!(error, BearerError::Expired));
+    let answer = error.to_answer(&f.realm());
+    assert_error(&answer, 401, "UNAUTHORIZED");
+    assert_eq!(
+        answer.header("www-authenticate").unwrap(),
+        format!("Bearer realm=\"{BASE_URL}/\", error=\"expired_token\", error_description=\"The access token expired\"")
+    );
+}
+
+#[tokio::test]
+async fn an_expired_access_token_is_renewed_with_the_refresh_token() {
+    let f = Fixture::new().await;
+    let (access, refresh) = f.tokens().await;
+    f.clock.advance(Duration::days(3));
+    assert!(f.bearer(&access).await.is_err());
+    let answer = f.refresh(&refresh).await;
+    assert_eq!(answer.status, 200);
+    let renewed = body(&answer);
+    assert_eq!(renewed["expires_in"], 86_400);
+    assert_eq!(renewed["token_type"], "Bearer");
+    assert!(f.bearer(renewed["access_token"].as_str().unwrap()).await.is_ok());
+}
+
+#[tokio::test]
+async fn refresh_rotates_the_refresh_token() {
+    let f = Fixture::new().await;
+    let (_, first) = f.tokens().await;
+    let second = body(&f.refresh(&first).await)["refresh_token"].as_str().unwrap().to_owned();
+    assert_ne!(second, first);
+    f.clock.advance(Duration::minutes(5));
+    let third = body(&f.refresh(&second).await)["refresh_token"].as_str().unwrap().to_owned();
+    assert_ne!(third, second);
+}
+
+#[tokio::test]
+async fn reuse_of_a_rotated_refresh_token_revokes_the_grant() {
+    let f = Fixture::new().await;
+    let (_, first) = f.tokens().await;
+    let renewed = body(&f.refresh(&first).await);
+    let (access, second) = (renewed["access_token"].as_str().unwrap(), renewed["refresh_token"].as_str().unwrap());
+    f.clock.advance(Duration::minutes(5));
+
+    let reuse = f.refresh(&first).await;
+    assert_error(&reuse, 401, "INVALID_REFRESH_TOKEN");
+    // RFC 9700 4.14.2: the attacker or the victim replayed; both lose the grant.
+    assert!(matches!(f.bearer(access).await, Err(BearerError::Invalid)));
+    assert_error(&f.refresh(second).await, 401, "INVALID_REFRESH_TOKEN");
+}
+
+#[tokio::test]
+async fn an_invalid_refresh_token_gets_the_spec_401_exactly() {
+    let f = Fixture::new().await;
+    let answer = f.refresh("cgrt_not_a_token").await;
+    assert_eq!(answer.status, 401);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    let b = body(&answer);
+    assert_eq!(b["error_type"], "INVALID_REFRESH_TOKEN");
+    assert!(b["error_message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert_eq!(b["error"], "invalid_grant", "standard clients read RFC 6749 5.2 error");
+    let challenge = answer.header("www-authenticate").unwrap();
+    assert!(
+        challenge.starts_with(&format!("Bearer realm=\"{BASE_URL}/\", error=\"invalid_grant\", error_description=\"")),
+        "{challenge}"
+    );
+    assert!(!challenge.contains("expired_token"));
+}
+
+#[tokio::test]
+async fn a_refresh_token_of_another_client_is_invalid() {
+    let f = Fixture::new().await;
+    let (_, refresh) = f.tokens().await;
+    let answer = f
+        .token_json(serde_json::json!({
+            "client_id": f.other_client.id, "client_secret": f.other_secret.expose(), "refresh_token": refresh,
+        }))
+        .await;
+    assert_error(&answer, 401, "INVALID_REFRESH_TOKEN");
+    assert_eq!(f.refresh(&refresh).await.status, 200, "the owner's token still works");
+}
+
+#[tokio::test]
+async fn within_the_grace_window_the_same_successor_is_returned() {
+    let f = Fixture::new().await;
+    let (_, first) = f.tokens().await;
+    let a = body(&f.refresh(&first).await);
+    f.clock.advance(Duration::seconds(30));
+    let b = body(&f.refresh(&first).await);
+    assert_eq!(a["refresh_token"], b["refresh_token"]);
+    assert_ne!(a["access_token"], b["access_token"]);
+    assert!(f.bearer(a["access_token"].as_str().unwrap()).await.is_ok(), "no revocation");
+    assert_eq!(f.refresh(a["refresh_token"].as_str().unwrap()).await.status, 200);
+}
+
+#[tokio::test]
+async fn the_grace_window_ends_and_is_configurable() {
+    let f = Fixture::with_config(|c| c.refresh_policy = RefreshPolicy::Rotate { grace: Duration::seconds(5) }).await;
+    let (_, first) = f.tokens().await;
+    assert_eq!(f.refresh(&first).await.status, 200);
+    f.clock.advance(Duration::seconds(6));
+    assert_error(&f.refresh(&first).await, 401, "INVALID_REFRESH_TOKEN");
+}
+
+#[tokio::test]
+async fn a_grace_use_after_the_successor_moved_on_is_reuse() {
+    let f = Fixture::new().await;
+    let (_, first) = f.tokens().await;
+    let second = body(&f.refresh(&first).await)["refresh_token"].as_str().unwrap().to_owned();
+    let third = body(&f.refresh(&second).await)["refresh_token"].as_str().unwrap().to_owned();
+    assert_error(&f.refresh(&first).await, 401, "INVALID_REFRESH_TOKEN");
+    assert_error(&f.refresh(&third).await, 401, "INVALID_REFRESH_TOKEN");
+}
+
+#[tokio::test]
+async fn concurrent_refreshes_produce_one_live_successor() {
+    let f = Arc::new(Fixture::new().await);
+    let (_, first) = f.tokens().await;
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let f = f.clone();
+            let first = first.clone();
+            tokio::spawn(async move { body(&f.refresh(&first).await) })
+        })
+        .collect();
+    let mut successors = HashSet::new();
+    for task in tasks {
+        let answer = task.await.unwrap();
+        successors.insert(answer["refresh_token"].as_str().expect("every racer succeeds").to_owned());
+    }
+    assert_eq!(successors.len(), 1, "never two live successors");
+    let successor = successors.into_iter().next().unwrap();
+    assert_eq!(f.refresh(&successor).await.status, 200);
+}
+
+#[tokio::test]
+async fn under_the_reuse_policy_the_refresh_token_stays_valid() {
+    // For clients that never store the refresh token a refresh returns.
+    let f = Fixture::with_config(|c| c.refresh_policy = RefreshPolicy::Reuse).await;
+    let (_, refresh) = f.tokens().await;
+    for _ in 0..3 {
+        f.clock.advance(Duration::days(2));
+        let answer = body(&f.refresh(&refresh).await);
+        assert_eq!(answer["refresh_token"], refresh.as_str());
+        assert!(f.bearer(answer["access_token"].as_str().unwrap()).await.is_ok());
+    }
+    let revoked = f.revoke(Some(&f.basic()), &format!("token={refresh}")).await;
+    assert_eq!(revoked.status, 200);
+    assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
+}
+
+#[tokio::test]
+async fn refresh_tokens_can_be_given_a_lifetime() {
+    let f = Fixture::with_config(|c| c.refresh_token_lifetime = Some(Duration::days(30))).await;
+    let (_, refresh) = f.tokens().await;
+    f.clock.advance(Duration::days(30));
+    assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
+}
+
+#[tokio::test]
+async fn refresh_tokens_do_not_expire_by_default() {
+    let f = Fixture::new().await;
+    let (_, refresh) = f.tokens().await;
+    f.clock.advance(Duration::days(3650));
+    assert_eq!(f.refresh(&refresh).await.status, 200);
+}
