@@ -4,7 +4,9 @@
 use serde_json::json;
 
 use crate::request::{HeaderCredentials, parse_authorization};
-use crate::{AccessRefusal, AccessToken, Caller, Gateway, HttpAnswer, StoreError, check_access_token};
+use crate::{
+    AccessRefusal, AccessToken, Caller, Gateway, HttpAnswer, StoreError, check_access_token,
+};
 
 /// Why a bearer token did not authenticate.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -31,7 +33,10 @@ impl BearerError {
     pub fn to_answer(&self, realm: &str) -> HttpAnswer {
         let (oauth_error, description) = match self {
             BearerError::Missing => ("invalid_request", "The request carries no bearer token"),
-            BearerError::Invalid => ("invalid_token", "The access token is invalid or was revoked"),
+            BearerError::Invalid => (
+                "invalid_token",
+                "The access token is invalid or was revoked",
+            ),
             BearerError::Expired => ("expired_token", "The access token expired"),
             BearerError::Store(error) => return error.to_answer(),
         };

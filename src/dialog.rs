@@ -143,20 +143,29 @@ impl DialogError {
                 shown(400, "INVALID_REDIRECT_URI", "invalid_request")
             }
             DialogError::MalformedQuery(_) => shown(400, "BAD_REQUEST", "invalid_request"),
-            DialogError::UnsupportedResponseType { redirect_uri, state } => {
-                HttpAnswer::redirect(redirect_with(
-                    redirect_uri,
-                    &[("error", "unsupported_response_type"), ("error_description", &message)],
-                    state.as_deref(),
-                ))
-            }
-            DialogError::InvalidPkce { redirect_uri, state, .. } => {
-                HttpAnswer::redirect(redirect_with(
-                    redirect_uri,
-                    &[("error", "invalid_request"), ("error_description", &message)],
-                    state.as_deref(),
-                ))
-            }
+            DialogError::UnsupportedResponseType {
+                redirect_uri,
+                state,
+            } => HttpAnswer::redirect(redirect_with(
+                redirect_uri,
+                &[
+                    ("error", "unsupported_response_type"),
+                    ("error_description", &message),
+                ],
+                state.as_deref(),
+            )),
+            DialogError::InvalidPkce {
+                redirect_uri,
+                state,
+                ..
+            } => HttpAnswer::redirect(redirect_with(
+                redirect_uri,
+                &[
+                    ("error", "invalid_request"),
+                    ("error_description", &message),
+                ],
+                state.as_deref(),
+            )),
             DialogError::Store(error) => error.to_answer(),
         }
     }
@@ -213,9 +222,13 @@ impl Gateway {
     ) -> Result<AuthorizationRequest, DialogError> {
         let params = Params::from_form(query.as_bytes())
             .map_err(|error| DialogError::MalformedQuery(error.to_string()))?;
-        let client_id = params.get("client_id").ok_or(DialogError::MissingClientId)?;
+        let client_id = params
+            .get("client_id")
+            .ok_or(DialogError::MissingClientId)?;
         let redirect_uri = match (params.get("redirect_uri"), params.get("redirect_url")) {
-            (Some(uri), Some(url)) if uri != url => return Err(DialogError::ConflictingRedirectUri),
+            (Some(uri), Some(url)) if uri != url => {
+                return Err(DialogError::ConflictingRedirectUri);
+            }
             (Some(uri), _) | (None, Some(uri)) => uri.to_owned(),
             (None, None) => return Err(DialogError::MissingRedirectUri),
         };
@@ -230,31 +243,53 @@ impl Gateway {
         }
         let state = params.get("state").map(str::to_owned);
         // From here on the redirect URI is trusted, so errors go back to it.
-        if params.get("response_type").is_some_and(|kind| kind != "code") {
-            return Err(DialogError::UnsupportedResponseType { redirect_uri, state });
+        if params
+            .get("response_type")
+            .is_some_and(|kind| kind != "code")
+        {
+            return Err(DialogError::UnsupportedResponseType {
+                redirect_uri,
+                state,
+            });
         }
         let pkce_error = |reason| DialogError::InvalidPkce {
             reason,
             redirect_uri: redirect_uri.clone(),
             state: state.clone(),
         };
-        let pkce = match (params.get("code_challenge"), params.get("code_challenge_method")) {
+        let pkce = match (
+            params.get("code_challenge"),
+            params.get("code_challenge_method"),
+        ) {
             (None, None) if client.require_pkce => {
-                return Err(pkce_error("this application must send a PKCE code_challenge"));
+                return Err(pkce_error(
+                    "this application must send a PKCE code_challenge",
+                ));
             }
             (None, None) => None,
-            (None, Some(_)) => return Err(pkce_error("code_challenge_method without code_challenge")),
+            (None, Some(_)) => {
+                return Err(pkce_error("code_challenge_method without code_challenge"));
+            }
             // RFC 7636 section 4.3: a missing method means `plain`, which this
             // service does not accept (RFC 9700 section 2.1.1).
             (Some(_), method) if method != Some("S256") => {
                 return Err(pkce_error("code_challenge_method must be S256"));
             }
             (Some(challenge), _) if !is_pkce_value(challenge) => {
-                return Err(pkce_error("code_challenge must be 43 to 128 unreserved characters"));
+                return Err(pkce_error(
+                    "code_challenge must be 43 to 128 unreserved characters",
+                ));
             }
-            (Some(challenge), _) => Some(PkceChallenge { challenge: challenge.to_owned() }),
+            (Some(challenge), _) => Some(PkceChallenge {
+                challenge: challenge.to_owned(),
+            }),
         };
-        Ok(AuthorizationRequest { client, redirect_uri, state, pkce })
+        Ok(AuthorizationRequest {
+            client,
+            redirect_uri,
+            state,
+            pkce,
+        })
     }
 
     /// The user (logged in as `account`) allowed the application: creates a
@@ -317,12 +352,18 @@ mod tests {
 
     #[test]
     fn redirects_keep_the_registered_query_and_fragment() {
-        assert_eq!(redirect_with("https://a.example/cb", &[("code", "x")], None), "https://a.example/cb?code=x");
+        assert_eq!(
+            redirect_with("https://a.example/cb", &[("code", "x")], None),
+            "https://a.example/cb?code=x"
+        );
         assert_eq!(
             redirect_with("https://a.example/cb?u=1", &[("code", "x")], Some("s t&")),
             "https://a.example/cb?u=1&code=x&state=s+t%26"
         );
-        assert_eq!(redirect_with("https://a.example/cb?", &[("code", "x")], None), "https://a.example/cb?code=x");
+        assert_eq!(
+            redirect_with("https://a.example/cb?", &[("code", "x")], None),
+            "https://a.example/cb?code=x"
+        );
         assert_eq!(
             redirect_with("https://a.example/cb#frag", &[("code", "x")], None),
             "https://a.example/cb?code=x#frag"

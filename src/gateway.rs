@@ -60,7 +60,13 @@ impl Gateway {
     /// A gateway over `stores`, hashing secrets with `hasher`, on the system
     /// clock and the operating system's random source.
     pub fn new(config: GatewayConfig, stores: Stores, hasher: SecretHasher) -> Self {
-        Self { stores, config, hasher, clock: Arc::new(SystemClock), random: Arc::new(OsRandom) }
+        Self {
+            stores,
+            config,
+            hasher,
+            clock: Arc::new(SystemClock),
+            random: Arc::new(OsRandom),
+        }
     }
 
     /// Replaces the clock (tests use a [`crate::ManualClock`]).
@@ -117,7 +123,10 @@ impl Gateway {
     /// # Errors
     /// The store's error.
     pub async fn find_account_by_email(&self, email: &str) -> Result<Option<Account>, StoreError> {
-        self.stores.accounts.find_account_by_email(&email.trim().to_lowercase()).await
+        self.stores
+            .accounts
+            .find_account_by_email(&email.trim().to_lowercase())
+            .await
     }
 
     /// Issues an API key for `account`. Returns `None` when the account
@@ -130,8 +139,13 @@ impl Gateway {
         account: AccountId,
         label: &str,
     ) -> Result<Option<(ApiKeyRecord, ApiKey)>, StoreError> {
-        let (record, key) =
-            ApiKeyRecord::issue(account, label, self.clock.now(), &*self.random, &self.hasher);
+        let (record, key) = ApiKeyRecord::issue(
+            account,
+            label,
+            self.clock.now(),
+            &*self.random,
+            &self.hasher,
+        );
         let stored = self
             .stores
             .api_keys

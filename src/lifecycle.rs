@@ -29,7 +29,9 @@ pub struct Caller {
 /// characters of RFC 3986's unreserved set (RFC 7636 sections 4.1 and 4.2).
 pub fn is_pkce_value(text: &str) -> bool {
     (43..=128).contains(&text.len())
-        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
 }
 
 /// Whether `verifier` matches `challenge` under method S256 (RFC 7636
@@ -39,7 +41,10 @@ pub fn pkce_matches(challenge: &PkceChallenge, verifier: &str) -> bool {
         return false;
     }
     let computed = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
-    computed.as_bytes().ct_eq(challenge.challenge.as_bytes()).into()
+    computed
+        .as_bytes()
+        .ct_eq(challenge.challenge.as_bytes())
+        .into()
 }
 
 /// Decides whether a just-consumed code may be exchanged by `client` now.
@@ -116,7 +121,11 @@ pub fn judge_rotated_use(
         // happen, but old tombstones keep their meaning.
         RefreshPolicy::Reuse => Duration::ZERO,
     };
-    if now - rotated_at <= grace { RotatedUse::Grace } else { RotatedUse::Reuse }
+    if now - rotated_at <= grace {
+        RotatedUse::Grace
+    } else {
+        RotatedUse::Reuse
+    }
 }
 
 /// Whether a refresh token is still in its active state.
@@ -217,7 +226,9 @@ mod tests {
             client_id: ClientId::new("app"),
             account_id: AccountId(Uuid::nil()),
             redirect_uri: "https://app.example/cb".into(),
-            pkce: pkce.map(|c| PkceChallenge { challenge: c.into() }),
+            pkce: pkce.map(|c| PkceChallenge {
+                challenge: c.into(),
+            }),
             issued_at: NOW,
             expires_at: NOW + Duration::minutes(10),
         }
@@ -229,7 +240,9 @@ mod tests {
 
     #[test]
     fn pkce_matches_the_rfc_example() {
-        let challenge = PkceChallenge { challenge: CHALLENGE.into() };
+        let challenge = PkceChallenge {
+            challenge: CHALLENGE.into(),
+        };
         assert!(pkce_matches(&challenge, VERIFIER));
         assert!(!pkce_matches(&challenge, &VERIFIER.replace('d', "e")));
         assert!(!pkce_matches(&challenge, "short"));
@@ -280,16 +293,33 @@ mod tests {
             check_access_token(&record, NOW + Duration::seconds(86_400)),
             Err(AccessRefusal::Expired)
         );
-        let revoked = AccessTokenRecord { revoked: true, ..record };
-        assert_eq!(check_access_token(&revoked, NOW), Err(AccessRefusal::Revoked));
+        let revoked = AccessTokenRecord {
+            revoked: true,
+            ..record
+        };
+        assert_eq!(
+            check_access_token(&revoked, NOW),
+            Err(AccessRefusal::Revoked)
+        );
     }
 
     #[test]
     fn rotated_use_is_grace_only_inside_the_window() {
-        let policy = RefreshPolicy::Rotate { grace: Duration::seconds(30) };
-        assert_eq!(judge_rotated_use(NOW, NOW + Duration::seconds(30), policy), RotatedUse::Grace);
-        assert_eq!(judge_rotated_use(NOW, NOW + Duration::seconds(31), policy), RotatedUse::Reuse);
-        assert_eq!(judge_rotated_use(NOW, NOW, RefreshPolicy::Reuse), RotatedUse::Grace);
+        let policy = RefreshPolicy::Rotate {
+            grace: Duration::seconds(30),
+        };
+        assert_eq!(
+            judge_rotated_use(NOW, NOW + Duration::seconds(30), policy),
+            RotatedUse::Grace
+        );
+        assert_eq!(
+            judge_rotated_use(NOW, NOW + Duration::seconds(31), policy),
+            RotatedUse::Reuse
+        );
+        assert_eq!(
+            judge_rotated_use(NOW, NOW, RefreshPolicy::Reuse),
+            RotatedUse::Grace
+        );
         assert_eq!(
             judge_rotated_use(NOW, NOW + Duration::seconds(1), RefreshPolicy::Reuse),
             RotatedUse::Reuse
@@ -307,7 +337,10 @@ mod tests {
         assert!(check_refresh_token(&record, &app, NOW).is_ok());
         assert!(check_refresh_token(&record, &ClientId::new("other"), NOW).is_err());
         assert!(check_refresh_token(&record, &app, NOW + Duration::days(30)).is_err());
-        let revoked = RefreshTokenRecord { revoked: true, ..record };
+        let revoked = RefreshTokenRecord {
+            revoked: true,
+            ..record
+        };
         assert!(check_refresh_token(&revoked, &app, NOW).is_err());
     }
 }

@@ -109,7 +109,10 @@ impl Params {
     /// The value of `name`, if sent and not empty. RFC 6749 section 3.1:
     /// parameters sent without a value are treated as omitted.
     pub(crate) fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str).filter(|value| !value.is_empty())
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|value| !value.is_empty())
     }
 }
 
@@ -117,7 +120,10 @@ impl Params {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum HeaderCredentials {
     /// `Basic`: a client id and secret (RFC 6749 section 2.3.1).
-    Basic { client_id: String, client_secret: String },
+    Basic {
+        client_id: String,
+        client_secret: String,
+    },
     /// `Bearer`: a token (RFC 6750 section 2.1).
     Bearer(String),
     /// Another scheme, or a header that could not be read.
@@ -136,7 +142,10 @@ pub(crate) fn parse_authorization(header: &str) -> HeaderCredentials {
         return HeaderCredentials::Bearer(rest.to_owned());
     }
     if scheme.eq_ignore_ascii_case("basic") {
-        let decoded = STANDARD.decode(rest).ok().and_then(|bytes| String::from_utf8(bytes).ok());
+        let decoded = STANDARD
+            .decode(rest)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok());
         if let Some((id, secret)) = decoded.as_deref().and_then(|text| text.split_once(':')) {
             return HeaderCredentials::Basic {
                 client_id: percent_decode(id),
@@ -162,7 +171,10 @@ mod tests {
     #[test]
     fn media_types_ignore_parameters_and_case() {
         assert_eq!(media_type("application/json"), Some(MediaType::Json));
-        assert_eq!(media_type("application/json; charset=utf-8"), Some(MediaType::Json));
+        assert_eq!(
+            media_type("application/json; charset=utf-8"),
+            Some(MediaType::Json)
+        );
         assert_eq!(
             media_type("application/x-www-form-urlencoded;charset=UTF-8"),
             Some(MediaType::Form)
@@ -178,7 +190,10 @@ mod tests {
         assert_eq!(params.get("a"), Some("1"));
         assert_eq!(params.get("b"), Some("x y z"));
         assert_eq!(params.get("c"), None, "empty values count as omitted");
-        assert_eq!(Params::from_form(b"a=1&a=2"), Err(ParamsError::Duplicate("a".into())));
+        assert_eq!(
+            Params::from_form(b"a=1&a=2"),
+            Err(ParamsError::Duplicate("a".into()))
+        );
     }
 
     #[test]
@@ -186,7 +201,10 @@ mod tests {
         let params = Params::from_json(br#"{"code":"x","state":null}"#).unwrap();
         assert_eq!(params.get("code"), Some("x"));
         assert_eq!(params.get("state"), None);
-        assert_eq!(Params::from_json(br#"{"code":1}"#), Err(ParamsError::NotAString("code".into())));
+        assert_eq!(
+            Params::from_json(br#"{"code":1}"#),
+            Err(ParamsError::NotAString("code".into()))
+        );
         assert_eq!(Params::from_json(b"[1]"), Err(ParamsError::Malformed));
         assert_eq!(Params::from_json(b"{"), Err(ParamsError::Malformed));
     }
@@ -194,8 +212,14 @@ mod tests {
     #[test]
     fn bodies_are_read_by_content_type() {
         assert_eq!(Params::from_body(None, b""), Ok(Params::default()));
-        assert_eq!(Params::from_body(None, b"a=1"), Err(ParamsError::UnsupportedMediaType));
-        assert_eq!(Params::from_body(Some("text/xml"), b"<a/>"), Err(ParamsError::UnsupportedMediaType));
+        assert_eq!(
+            Params::from_body(None, b"a=1"),
+            Err(ParamsError::UnsupportedMediaType)
+        );
+        assert_eq!(
+            Params::from_body(Some("text/xml"), b"<a/>"),
+            Err(ParamsError::UnsupportedMediaType)
+        );
         assert!(Params::from_body(Some("application/x-www-form-urlencoded"), b"a=1").is_ok());
     }
 
@@ -205,11 +229,23 @@ mod tests {
         let basic = format!("Basic {}", STANDARD.encode("my%20id:s3cr%3At"));
         assert_eq!(
             parse_authorization(&basic),
-            HeaderCredentials::Basic { client_id: "my id".into(), client_secret: "s3cr:t".into() }
+            HeaderCredentials::Basic {
+                client_id: "my id".into(),
+                client_secret: "s3cr:t".into()
+            }
         );
-        assert_eq!(parse_authorization("bearer abc"), HeaderCredentials::Bearer("abc".into()));
+        assert_eq!(
+            parse_authorization("bearer abc"),
+            HeaderCredentials::Bearer("abc".into())
+        );
         assert_eq!(parse_authorization("Bearer"), HeaderCredentials::Unreadable);
-        assert_eq!(parse_authorization("Basic !!!"), HeaderCredentials::Unreadable);
-        assert_eq!(parse_authorization("Digest x"), HeaderCredentials::Unreadable);
+        assert_eq!(
+            parse_authorization("Basic !!!"),
+            HeaderCredentials::Unreadable
+        );
+        assert_eq!(
+            parse_authorization("Digest x"),
+            HeaderCredentials::Unreadable
+        );
     }
 }

@@ -59,10 +59,16 @@ impl Gateway {
         request: &RequestParts<'_>,
     ) -> Result<Option<GrantId>, RevocationError> {
         let params = Params::from_body(request.content_type, request.body).map_err(params_error)?;
-        let token = params.get("token").ok_or(TokenError::MissingField { path: "body.token" })?;
+        let token = params
+            .get("token")
+            .ok_or(TokenError::MissingField { path: "body.token" })?;
         let caller_client: ClientId = match presented_client(&params, request.authorization)? {
             Some(presented) => self.authenticate_client(&presented).await?.id,
-            None => self.authenticate_bearer(request.authorization).await?.client_id,
+            None => {
+                self.authenticate_bearer(request.authorization)
+                    .await?
+                    .client_id
+            }
         };
         let refresh_first = params.get("token_type_hint") == Some("refresh_token");
         let Some((grant_id, owner)) = self.find_token_grant(token, refresh_first).await? else {
@@ -72,7 +78,11 @@ impl Gateway {
             // RFC 7009 section 2.2: answered as a success, revokes nothing.
             return Ok(None);
         }
-        self.stores.tokens.revoke_grant(grant_id, self.clock.now()).await.map_err(TokenError::from)?;
+        self.stores
+            .tokens
+            .revoke_grant(grant_id, self.clock.now())
+            .await
+            .map_err(TokenError::from)?;
         Ok(Some(grant_id))
     }
 
@@ -87,10 +97,16 @@ impl Gateway {
         for refresh in [refresh_first, !refresh_first] {
             let found = if refresh {
                 let hash = RefreshToken::new(token).hash(&self.hasher);
-                tokens.find_refresh_token(&hash).await?.map(|r| (r.grant_id, r.client_id))
+                tokens
+                    .find_refresh_token(&hash)
+                    .await?
+                    .map(|r| (r.grant_id, r.client_id))
             } else {
                 let hash = AccessToken::new(token).hash(&self.hasher);
-                tokens.find_access_token(&hash).await?.map(|r| (r.grant_id, r.client_id))
+                tokens
+                    .find_access_token(&hash)
+                    .await?
+                    .map(|r| (r.grant_id, r.client_id))
             };
             if found.is_some() {
                 return Ok(found);

@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::request::{HeaderCredentials, Params, ParamsError, parse_authorization};
 use crate::{
     AccessToken, AuthorizationCode, Caller, Client, ClientId, ClientSecret, CodeTake, Gateway,
-    HttpAnswer, RefreshPolicy, RefreshState, RefreshToken, RequestParts, Rotation, RotatedUse,
+    HttpAnswer, RefreshPolicy, RefreshState, RefreshToken, RequestParts, RotatedUse, Rotation,
     SecretHash, TokenError, access_token_record, check_code_exchange, check_refresh_token,
     is_active, judge_rotated_use, refresh_token_record,
 };
@@ -46,8 +46,14 @@ impl TokenResponse {
 
 /// What the token request asks for.
 enum GrantRequest {
-    Code { code: String, redirect_uri: Option<String>, code_verifier: Option<String> },
-    Refresh { refresh_token: String },
+    Code {
+        code: String,
+        redirect_uri: Option<String>,
+        code_verifier: Option<String>,
+    },
+    Refresh {
+        refresh_token: String,
+    },
 }
 
 /// Client credentials as presented, and whether they came by HTTP Basic.
@@ -62,7 +68,9 @@ pub(crate) fn params_error(error: ParamsError) -> TokenError {
         ParamsError::UnsupportedMediaType => TokenError::UnsupportedMediaType,
         ParamsError::Malformed => TokenError::MalformedBody,
         ParamsError::Duplicate(name) => TokenError::DuplicateParameter { name },
-        ParamsError::NotAString(name) => TokenError::InvalidDataType { path: format!("body.{name}") },
+        ParamsError::NotAString(name) => TokenError::InvalidDataType {
+            path: format!("body.{name}"),
+        },
     }
 }
 
@@ -80,7 +88,10 @@ pub(crate) fn presented_client(
     let body_id = params.get("client_id");
     let body_secret = params.get("client_secret");
     match header {
-        Some(HeaderCredentials::Basic { client_id, client_secret }) => {
+        Some(HeaderCredentials::Basic {
+            client_id,
+            client_secret,
+        }) => {
             if body_id.is_some_and(|id| id != client_id) {
                 return Err(TokenError::Conflicting {
                     path: "body.client_id",
@@ -93,17 +104,26 @@ pub(crate) fn presented_client(
                     reason: "it differs from the Authorization header",
                 });
             }
-            Ok(Some(PresentedClient { id: client_id, secret: client_secret, basic: true }))
+            Ok(Some(PresentedClient {
+                id: client_id,
+                secret: client_secret,
+                basic: true,
+            }))
         }
         Some(HeaderCredentials::Unreadable)
-            if authorization.is_some_and(|h| h.trim_start().to_ascii_lowercase().starts_with("basic")) =>
+            if authorization
+                .is_some_and(|h| h.trim_start().to_ascii_lowercase().starts_with("basic")) =>
         {
             Err(TokenError::InvalidClient { basic: true })
         }
         _ => match (body_id, body_secret) {
             (None, None) => Ok(None),
-            (None, Some(_)) => Err(TokenError::MissingField { path: "body.client_id" }),
-            (Some(_), None) => Err(TokenError::MissingField { path: "body.client_secret" }),
+            (None, Some(_)) => Err(TokenError::MissingField {
+                path: "body.client_id",
+            }),
+            (Some(_), None) => Err(TokenError::MissingField {
+                path: "body.client_secret",
+            }),
             (Some(id), Some(secret)) => Ok(Some(PresentedClient {
                 id: id.to_owned(),
                 secret: secret.to_owned(),
@@ -142,7 +162,9 @@ fn grant_request(params: &Params, query: &Params) -> Result<GrantRequest, TokenE
             });
         }
         Ok(GrantRequest::Code {
-            code: code.ok_or(TokenError::MissingField { path: "body.code" })?.to_owned(),
+            code: code
+                .ok_or(TokenError::MissingField { path: "body.code" })?
+                .to_owned(),
             redirect_uri: params.get("redirect_uri").map(str::to_owned),
             code_verifier: params.get("code_verifier").map(str::to_owned),
         })
@@ -155,7 +177,9 @@ fn grant_request(params: &Params, query: &Params) -> Result<GrantRequest, TokenE
         }
         Ok(GrantRequest::Refresh {
             refresh_token: refresh_token
-                .ok_or(TokenError::MissingField { path: "body.refresh_token" })?
+                .ok_or(TokenError::MissingField {
+                    path: "body.refresh_token",
+                })?
                 .to_owned(),
         })
     }
@@ -184,17 +208,29 @@ impl Gateway {
     ) -> Result<TokenResponse, TokenError> {
         let params = Params::from_body(request.content_type, request.body).map_err(params_error)?;
         let query = Params::from_form(request.query.as_bytes()).map_err(params_error)?;
-        let presented = presented_client(&params, request.authorization)?
-            .ok_or(TokenError::MissingField { path: "body.client_id" })?;
+        let presented =
+            presented_client(&params, request.authorization)?.ok_or(TokenError::MissingField {
+                path: "body.client_id",
+            })?;
         let grant = grant_request(&params, &query)?;
         let client = self.authenticate_client(&presented).await?;
         match grant {
-            GrantRequest::Code { code, redirect_uri, code_verifier } => {
-                self.exchange_code(&client, &code, redirect_uri.as_deref(), code_verifier.as_deref())
-                    .await
+            GrantRequest::Code {
+                code,
+                redirect_uri,
+                code_verifier,
+            } => {
+                self.exchange_code(
+                    &client,
+                    &code,
+                    redirect_uri.as_deref(),
+                    code_verifier.as_deref(),
+                )
+                .await
             }
             GrantRequest::Refresh { refresh_token } => {
-                self.refresh(&client, RefreshToken::new(refresh_token)).await
+                self.refresh(&client, RefreshToken::new(refresh_token))
+                    .await
             }
         }
     }
@@ -204,8 +240,14 @@ impl Gateway {
         &self,
         presented: &PresentedClient,
     ) -> Result<Client, TokenError> {
-        let invalid = TokenError::InvalidClient { basic: presented.basic };
-        let client = self.stores.clients.find_client(&ClientId::new(presented.id.as_str())).await?;
+        let invalid = TokenError::InvalidClient {
+            basic: presented.basic,
+        };
+        let client = self
+            .stores
+            .clients
+            .find_client(&ClientId::new(presented.id.as_str()))
+            .await?;
         // Hash the presented secret even for an unknown client, so that the
         // answer's timing does not tell which client ids exist.
         let secret = ClientSecret::new(presented.secret.as_str());
@@ -247,7 +289,8 @@ impl Gateway {
             grant_id: record.grant_id,
         };
         let refresh_token = RefreshToken::generate(&*self.random);
-        let refresh = refresh_token_record(&refresh_token, &caller, now, &self.config, &self.hasher);
+        let refresh =
+            refresh_token_record(&refresh_token, &caller, now, &self.config, &self.hasher);
         self.stores.tokens.insert_refresh_token(&refresh).await?;
         self.issue_access(caller, refresh_token, now).await
     }
@@ -279,7 +322,12 @@ impl Gateway {
                 let successor = presented.successor(&self.hasher);
                 let successor_record =
                     refresh_token_record(&successor, &caller, now, &self.config, &self.hasher);
-                match self.stores.tokens.rotate_refresh_token(&hash, &successor_record, now).await? {
+                match self
+                    .stores
+                    .tokens
+                    .rotate_refresh_token(&hash, &successor_record, now)
+                    .await?
+                {
                     Rotation::Rotated => self.issue_access(caller, successor, now).await,
                     // Lost a race with a concurrent refresh of the same token.
                     Rotation::AlreadyRotated { at, successor } => {
@@ -308,14 +356,21 @@ impl Gateway {
         let now = self.clock.now();
         if judge_rotated_use(rotated_at, now, self.config.refresh_policy) == RotatedUse::Grace {
             let successor = presented.successor(&self.hasher);
-            let live = self.stores.tokens.find_refresh_token(&successor_hash).await?;
+            let live = self
+                .stores
+                .tokens
+                .find_refresh_token(&successor_hash)
+                .await?;
             if successor.hash(&self.hasher) == successor_hash
                 && live.is_some_and(|record| is_active(&record) && !record.revoked)
             {
                 return self.issue_access(caller, successor, now).await;
             }
         }
-        self.stores.tokens.revoke_grant(caller.grant_id, now).await?;
+        self.stores
+            .tokens
+            .revoke_grant(caller.grant_id, now)
+            .await?;
         Err(TokenError::InvalidRefreshToken)
     }
 

@@ -19,11 +19,22 @@ async fn the_redirect_keeps_the_registered_query_string() {
     let f = Fixture::new().await;
     let encoded: String = form_urlencoded::byte_serialize(REDIRECT_WITH_QUERY.as_bytes()).collect();
     let query = format!("client_id={}&redirect_uri={encoded}&state=s", f.client.id);
-    let request = f.gateway.authorization_request(&query).await.expect("valid");
+    let request = f
+        .gateway
+        .authorization_request(&query)
+        .await
+        .expect("valid");
     assert_eq!(request.client_name(), "Lead Sync");
-    let answer = f.gateway.approve(&request, f.account.id).await.expect("approve");
+    let answer = f
+        .gateway
+        .approve(&request, f.account.id)
+        .await
+        .expect("approve");
     let location = answer.header("location").expect("location");
-    assert!(location.starts_with("https://app.example/callback?tenant=7&lang=pt&code=cgac_"), "{location}");
+    assert!(
+        location.starts_with("https://app.example/callback?tenant=7&lang=pt&code=cgac_"),
+        "{location}"
+    );
     assert!(location.ends_with("&state=s"));
 }
 
@@ -32,7 +43,11 @@ async fn the_legacy_redirect_url_parameter_is_accepted() {
     let f = Fixture::new().await;
     // The official Ruby client and WordPress plugin send it, not encoded.
     let query = format!("client_id={}&redirect_url={REDIRECT_URI}", f.client.id);
-    let request = f.gateway.authorization_request(&query).await.expect("valid");
+    let request = f
+        .gateway
+        .authorization_request(&query)
+        .await
+        .expect("valid");
     assert_eq!(request.redirect_uri(), REDIRECT_URI);
 }
 
@@ -66,11 +81,18 @@ async fn an_unknown_client_is_shown_an_error_and_never_redirected() {
 #[tokio::test]
 async fn an_unregistered_redirect_uri_is_shown_an_error_and_never_redirected() {
     let f = Fixture::new().await;
-    for uri in ["https://evil.example/callback", "https://app.example/callback/", "https://app.example/callback?tenant=7"] {
+    for uri in [
+        "https://evil.example/callback",
+        "https://app.example/callback/",
+        "https://app.example/callback?tenant=7",
+    ] {
         let encoded: String = form_urlencoded::byte_serialize(uri.as_bytes()).collect();
         let query = format!("client_id={}&redirect_uri={encoded}", f.client.id);
         let error = f.gateway.authorization_request(&query).await.unwrap_err();
-        assert!(matches!(error, DialogError::UnregisteredRedirectUri), "{uri}");
+        assert!(
+            matches!(error, DialogError::UnregisteredRedirectUri),
+            "{uri}"
+        );
         let answer = error.to_answer();
         assert_error(&answer, 400, "INVALID_REDIRECT_URI");
         assert_eq!(answer.header("location"), None);
@@ -80,11 +102,21 @@ async fn an_unregistered_redirect_uri_is_shown_an_error_and_never_redirected() {
 #[tokio::test]
 async fn missing_parameters_name_their_path() {
     let f = Fixture::new().await;
-    let answer = f.gateway.authorization_request("redirect_uri=x").await.unwrap_err().to_answer();
+    let answer = f
+        .gateway
+        .authorization_request("redirect_uri=x")
+        .await
+        .unwrap_err()
+        .to_answer();
     assert_error(&answer, 400, "CANNOT_BE_NULL");
     assert_eq!(body(&answer)["path"], "query.client_id");
     let query = format!("client_id={}", f.client.id);
-    let answer = f.gateway.authorization_request(&query).await.unwrap_err().to_answer();
+    let answer = f
+        .gateway
+        .authorization_request(&query)
+        .await
+        .unwrap_err()
+        .to_answer();
     assert_error(&answer, 400, "CANNOT_BE_NULL");
     assert_eq!(body(&answer)["path"], "query.redirect_uri");
 }
@@ -92,10 +124,17 @@ async fn missing_parameters_name_their_path() {
 #[tokio::test]
 async fn a_response_type_other_than_code_is_redirected_back_as_an_error() {
     let f = Fixture::new().await;
-    let error = f.gateway.authorization_request(&f.dialog_query("&response_type=token&state=s1")).await.unwrap_err();
+    let error = f
+        .gateway
+        .authorization_request(&f.dialog_query("&response_type=token&state=s1"))
+        .await
+        .unwrap_err();
     assert!(error.redirects());
     let params = redirect_params(&error.to_answer());
-    assert_eq!(param(&params, "error").as_deref(), Some("unsupported_response_type"));
+    assert_eq!(
+        param(&params, "error").as_deref(),
+        Some("unsupported_response_type")
+    );
     assert_eq!(param(&params, "state").as_deref(), Some("s1"));
     assert_eq!(param(&params, "code"), None);
 }
@@ -103,7 +142,11 @@ async fn a_response_type_other_than_code_is_redirected_back_as_an_error() {
 #[tokio::test]
 async fn denial_redirects_with_access_denied_and_state() {
     let f = Fixture::new().await;
-    let request = f.gateway.authorization_request(&f.dialog_query("&state=abc")).await.unwrap();
+    let request = f
+        .gateway
+        .authorization_request(&f.dialog_query("&state=abc"))
+        .await
+        .unwrap();
     let answer = f.gateway.deny(&request);
     assert_eq!(answer.status, 302);
     let params = redirect_params(&answer);
@@ -121,7 +164,9 @@ async fn authorizing_again_gives_a_new_code_and_a_new_grant() {
     let second = f.bearer(&second_access).await.unwrap();
     assert_ne!(first.grant_id, second.grant_id);
     // Revoking the second connection leaves the first one working.
-    let answer = f.revoke(Some(&f.basic()), &format!("token={second_refresh}")).await;
+    let answer = f
+        .revoke(Some(&f.basic()), &format!("token={second_refresh}"))
+        .await;
     assert_eq!(answer.status, 200);
     assert!(f.bearer(&first_access).await.is_ok());
     assert!(f.bearer(&second_access).await.is_err());
@@ -166,7 +211,11 @@ async fn a_wrong_verifier_is_refused_and_burns_the_code() {
 async fn a_missing_verifier_is_refused() {
     let f = Fixture::new().await;
     let code = pkce_code(&f).await;
-    let answer = f.token_json(json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code})).await;
+    let answer = f
+        .token_json(
+            json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code}),
+        )
+        .await;
     assert_error(&answer, 401, "ACCESS_DENIED");
 }
 
@@ -189,7 +238,11 @@ async fn plain_and_malformed_challenges_are_refused() {
         "&code_challenge=short&code_challenge_method=S256".to_owned(),
         "&code_challenge_method=S256".to_owned(),
     ] {
-        let error = f.gateway.authorization_request(&f.dialog_query(&extra)).await.unwrap_err();
+        let error = f
+            .gateway
+            .authorization_request(&f.dialog_query(&extra))
+            .await
+            .unwrap_err();
         assert!(matches!(error, DialogError::InvalidPkce { .. }), "{extra}");
         let params = redirect_params(&error.to_answer());
         assert_eq!(param(&params, "error").as_deref(), Some("invalid_request"));
@@ -199,7 +252,11 @@ async fn plain_and_malformed_challenges_are_refused() {
 #[tokio::test]
 async fn an_app_registered_as_requiring_pkce_must_send_a_challenge() {
     let f = Fixture::new().await;
-    let (client, _) = f.gateway.register_client("SPA", vec![REDIRECT_URI.into()], true).await.unwrap();
+    let (client, _) = f
+        .gateway
+        .register_client("SPA", vec![REDIRECT_URI.into()], true)
+        .await
+        .unwrap();
     let query = format!("client_id={}&redirect_uri={REDIRECT_URI}", client.id);
     let error = f.gateway.authorization_request(&query).await.unwrap_err();
     assert!(matches!(error, DialogError::InvalidPkce { .. }));

@@ -23,7 +23,9 @@ async fn an_access_token_expires_at_exactly_86400_seconds() {
     assert_error(&answer, 401, "UNAUTHORIZED");
     assert_eq!(
         answer.header("www-authenticate").unwrap(),
-        format!("Bearer realm=\"{BASE_URL}/\", error=\"expired_token\", error_description=\"The access token expired\"")
+        format!(
+            "Bearer realm=\"{BASE_URL}/\", error=\"expired_token\", error_description=\"The access token expired\""
+        )
     );
 }
 
@@ -38,17 +40,27 @@ async fn an_expired_access_token_is_renewed_with_the_refresh_token() {
     let renewed = body(&answer);
     assert_eq!(renewed["expires_in"], 86_400);
     assert_eq!(renewed["token_type"], "Bearer");
-    assert!(f.bearer(renewed["access_token"].as_str().unwrap()).await.is_ok());
+    assert!(
+        f.bearer(renewed["access_token"].as_str().unwrap())
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test]
 async fn refresh_rotates_the_refresh_token() {
     let f = Fixture::new().await;
     let (_, first) = f.tokens().await;
-    let second = body(&f.refresh(&first).await)["refresh_token"].as_str().unwrap().to_owned();
+    let second = body(&f.refresh(&first).await)["refresh_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_ne!(second, first);
     f.clock.advance(Duration::minutes(5));
-    let third = body(&f.refresh(&second).await)["refresh_token"].as_str().unwrap().to_owned();
+    let third = body(&f.refresh(&second).await)["refresh_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_ne!(third, second);
 }
 
@@ -57,7 +69,10 @@ async fn reuse_of_a_rotated_refresh_token_revokes_the_grant() {
     let f = Fixture::new().await;
     let (_, first) = f.tokens().await;
     let renewed = body(&f.refresh(&first).await);
-    let (access, second) = (renewed["access_token"].as_str().unwrap(), renewed["refresh_token"].as_str().unwrap());
+    let (access, second) = (
+        renewed["access_token"].as_str().unwrap(),
+        renewed["refresh_token"].as_str().unwrap(),
+    );
     f.clock.advance(Duration::minutes(5));
 
     let reuse = f.refresh(&first).await;
@@ -76,10 +91,15 @@ async fn an_invalid_refresh_token_gets_the_spec_401_exactly() {
     let b = body(&answer);
     assert_eq!(b["error_type"], "INVALID_REFRESH_TOKEN");
     assert!(b["error_message"].as_str().is_some_and(|m| !m.is_empty()));
-    assert_eq!(b["error"], "invalid_grant", "standard clients read RFC 6749 5.2 error");
+    assert_eq!(
+        b["error"], "invalid_grant",
+        "standard clients read RFC 6749 5.2 error"
+    );
     let challenge = answer.header("www-authenticate").unwrap();
     assert!(
-        challenge.starts_with(&format!("Bearer realm=\"{BASE_URL}/\", error=\"invalid_grant\", error_description=\"")),
+        challenge.starts_with(&format!(
+            "Bearer realm=\"{BASE_URL}/\", error=\"invalid_grant\", error_description=\""
+        )),
         "{challenge}"
     );
     assert!(!challenge.contains("expired_token"));
@@ -95,7 +115,11 @@ async fn a_refresh_token_of_another_client_is_invalid() {
         }))
         .await;
     assert_error(&answer, 401, "INVALID_REFRESH_TOKEN");
-    assert_eq!(f.refresh(&refresh).await.status, 200, "the owner's token still works");
+    assert_eq!(
+        f.refresh(&refresh).await.status,
+        200,
+        "the owner's token still works"
+    );
 }
 
 #[tokio::test]
@@ -107,13 +131,24 @@ async fn within_the_grace_window_the_same_successor_is_returned() {
     let b = body(&f.refresh(&first).await);
     assert_eq!(a["refresh_token"], b["refresh_token"]);
     assert_ne!(a["access_token"], b["access_token"]);
-    assert!(f.bearer(a["access_token"].as_str().unwrap()).await.is_ok(), "no revocation");
-    assert_eq!(f.refresh(a["refresh_token"].as_str().unwrap()).await.status, 200);
+    assert!(
+        f.bearer(a["access_token"].as_str().unwrap()).await.is_ok(),
+        "no revocation"
+    );
+    assert_eq!(
+        f.refresh(a["refresh_token"].as_str().unwrap()).await.status,
+        200
+    );
 }
 
 #[tokio::test]
 async fn the_grace_window_ends_and_is_configurable() {
-    let f = Fixture::with_config(|c| c.refresh_policy = RefreshPolicy::Rotate { grace: Duration::seconds(5) }).await;
+    let f = Fixture::with_config(|c| {
+        c.refresh_policy = RefreshPolicy::Rotate {
+            grace: Duration::seconds(5),
+        }
+    })
+    .await;
     let (_, first) = f.tokens().await;
     assert_eq!(f.refresh(&first).await.status, 200);
     f.clock.advance(Duration::seconds(6));
@@ -124,8 +159,14 @@ async fn the_grace_window_ends_and_is_configurable() {
 async fn a_grace_use_after_the_successor_moved_on_is_reuse() {
     let f = Fixture::new().await;
     let (_, first) = f.tokens().await;
-    let second = body(&f.refresh(&first).await)["refresh_token"].as_str().unwrap().to_owned();
-    let third = body(&f.refresh(&second).await)["refresh_token"].as_str().unwrap().to_owned();
+    let second = body(&f.refresh(&first).await)["refresh_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let third = body(&f.refresh(&second).await)["refresh_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_error(&f.refresh(&first).await, 401, "INVALID_REFRESH_TOKEN");
     assert_error(&f.refresh(&third).await, 401, "INVALID_REFRESH_TOKEN");
 }
@@ -144,7 +185,12 @@ async fn concurrent_refreshes_produce_one_live_successor() {
     let mut successors = HashSet::new();
     for task in tasks {
         let answer = task.await.unwrap();
-        successors.insert(answer["refresh_token"].as_str().expect("every racer succeeds").to_owned());
+        successors.insert(
+            answer["refresh_token"]
+                .as_str()
+                .expect("every racer succeeds")
+                .to_owned(),
+        );
     }
     assert_eq!(successors.len(), 1, "never two live successors");
     let successor = successors.into_iter().next().unwrap();
@@ -160,9 +206,15 @@ async fn under_the_reuse_policy_the_refresh_token_stays_valid() {
         f.clock.advance(Duration::days(2));
         let answer = body(&f.refresh(&refresh).await);
         assert_eq!(answer["refresh_token"], refresh.as_str());
-        assert!(f.bearer(answer["access_token"].as_str().unwrap()).await.is_ok());
+        assert!(
+            f.bearer(answer["access_token"].as_str().unwrap())
+                .await
+                .is_ok()
+        );
     }
-    let revoked = f.revoke(Some(&f.basic()), &format!("token={refresh}")).await;
+    let revoked = f
+        .revoke(Some(&f.basic()), &format!("token={refresh}"))
+        .await;
     assert_eq!(revoked.status, 200);
     assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
 }

@@ -11,7 +11,12 @@ use time::Duration;
 async fn revoking_by_access_token_revokes_the_grant() {
     let f = Fixture::new().await;
     let (access, refresh) = f.tokens().await;
-    let answer = f.revoke(Some(&format!("Bearer {access}")), &format!("token={access}")).await;
+    let answer = f
+        .revoke(
+            Some(&format!("Bearer {access}")),
+            &format!("token={access}"),
+        )
+        .await;
     assert_eq!(answer.status, 200);
     assert_eq!(body(&answer), json!({}));
     assert_eq!(answer.header("content-type"), Some("application/json"));
@@ -35,7 +40,12 @@ async fn a_wrong_or_unknown_hint_is_ignored() {
     let f = Fixture::new().await;
     let (access, refresh) = f.tokens().await;
     let form = format!("token={refresh}&token_type_hint=access_token");
-    assert_eq!(f.revoke(Some(&format!("Bearer {access}")), &form).await.status, 200);
+    assert_eq!(
+        f.revoke(Some(&format!("Bearer {access}")), &form)
+            .await
+            .status,
+        200
+    );
     assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
 
     let (access, refresh) = f.tokens().await;
@@ -49,9 +59,18 @@ async fn an_app_with_an_expired_access_token_revokes_with_client_credentials() {
     let f = Fixture::new().await;
     let (access, refresh) = f.tokens().await;
     f.clock.advance(Duration::days(2));
-    let bearer = f.revoke(Some(&format!("Bearer {access}")), &format!("token={refresh}")).await;
+    let bearer = f
+        .revoke(
+            Some(&format!("Bearer {access}")),
+            &format!("token={refresh}"),
+        )
+        .await;
     assert_error(&bearer, 401, "UNAUTHORIZED");
-    let form = format!("token={refresh}&client_id={}&client_secret={}", f.client.id, f.secret.expose());
+    let form = format!(
+        "token={refresh}&client_id={}&client_secret={}",
+        f.client.id,
+        f.secret.expose()
+    );
     assert_eq!(f.revoke(None, &form).await.status, 200);
     assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
 }
@@ -80,13 +99,23 @@ async fn an_unknown_token_answers_200() {
 async fn revocation_needs_a_token_and_an_authenticated_caller() {
     let f = Fixture::new().await;
     let (access, _) = f.tokens().await;
-    let answer = f.revoke(Some(&f.basic()), "token_type_hint=refresh_token").await;
+    let answer = f
+        .revoke(Some(&f.basic()), "token_type_hint=refresh_token")
+        .await;
     assert_error(&answer, 400, "CANNOT_BE_NULL");
     assert_eq!(body(&answer)["path"], "body.token");
     let answer = f.revoke(None, &format!("token={access}")).await;
     assert_error(&answer, 401, "UNAUTHORIZED");
-    assert!(f.bearer(&access).await.is_ok(), "an unauthenticated request revokes nothing");
-    let answer = f.revoke(Some(&basic(f.client.id.as_str(), "wrong")), &format!("token={access}")).await;
+    assert!(
+        f.bearer(&access).await.is_ok(),
+        "an unauthenticated request revokes nothing"
+    );
+    let answer = f
+        .revoke(
+            Some(&basic(f.client.id.as_str(), "wrong")),
+            &format!("token={access}"),
+        )
+        .await;
     assert_error(&answer, 401, "ACCESS_DENIED");
 }
 
@@ -113,17 +142,33 @@ async fn revocation_accepts_json_bodies() {
 async fn bearer_challenges_tell_missing_invalid_and_expired_apart() {
     let f = Fixture::new().await;
     let realm = f.realm();
-    let missing = f.gateway.authenticate_bearer(None).await.unwrap_err().to_answer(&realm);
+    let missing = f
+        .gateway
+        .authenticate_bearer(None)
+        .await
+        .unwrap_err()
+        .to_answer(&realm);
     assert_error(&missing, 401, "UNAUTHORIZED");
-    assert!(missing.header("www-authenticate").unwrap().contains("error=\"invalid_request\""));
-    let basic = f.gateway.authenticate_bearer(Some(&f.basic())).await.unwrap_err();
+    assert!(
+        missing
+            .header("www-authenticate")
+            .unwrap()
+            .contains("error=\"invalid_request\"")
+    );
+    let basic = f
+        .gateway
+        .authenticate_bearer(Some(&f.basic()))
+        .await
+        .unwrap_err();
     assert!(matches!(basic, BearerError::Missing));
 
     let invalid = f.bearer("cgat_forged").await.unwrap_err().to_answer(&realm);
     assert_error(&invalid, 401, "UNAUTHORIZED");
     assert_eq!(
         invalid.header("www-authenticate").unwrap(),
-        format!("Bearer realm=\"{realm}\", error=\"invalid_token\", error_description=\"The access token is invalid or was revoked\"")
+        format!(
+            "Bearer realm=\"{realm}\", error=\"invalid_token\", error_description=\"The access token is invalid or was revoked\""
+        )
     );
 }
 
@@ -131,7 +176,11 @@ async fn bearer_challenges_tell_missing_invalid_and_expired_apart() {
 async fn bearer_authentication_names_the_caller() {
     let f = Fixture::new().await;
     let (access, _) = f.tokens().await;
-    let caller = f.gateway.authenticate_bearer(Some(&format!("bearer {access}"))).await.unwrap();
+    let caller = f
+        .gateway
+        .authenticate_bearer(Some(&format!("bearer {access}")))
+        .await
+        .unwrap();
     assert_eq!(caller.account_id, f.account.id);
     assert_eq!(caller.client_id, f.client.id);
 }

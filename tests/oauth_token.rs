@@ -14,7 +14,9 @@ async fn a_code_is_exchanged_for_tokens_with_the_spec_shape() {
     let f = Fixture::new().await;
     let code = f.code().await;
     let answer = f
-        .token_json(json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code}))
+        .token_json(
+            json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code}),
+        )
         .await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.header("content-type"), Some("application/json"));
@@ -25,7 +27,10 @@ async fn a_code_is_exchanged_for_tokens_with_the_spec_shape() {
     assert_eq!(body["expires_in"], 86_400);
     assert_eq!(body["token_type"], "Bearer");
     assert_eq!(body.as_object().unwrap().len(), 4);
-    let caller = f.bearer(body["access_token"].as_str().unwrap()).await.unwrap();
+    let caller = f
+        .bearer(body["access_token"].as_str().unwrap())
+        .await
+        .unwrap();
     assert_eq!(caller.account_id, f.account.id);
     assert_eq!(caller.client_id, f.client.id);
 }
@@ -34,8 +39,10 @@ async fn a_code_is_exchanged_for_tokens_with_the_spec_shape() {
 async fn a_standard_form_request_with_basic_auth_is_served() {
     let f = Fixture::new().await;
     let code = f.code().await;
-    let form = format!("grant_type=authorization_code&code={code}&redirect_uri={}",
-        form_urlencoded::byte_serialize(REDIRECT_URI.as_bytes()).collect::<String>());
+    let form = format!(
+        "grant_type=authorization_code&code={code}&redirect_uri={}",
+        form_urlencoded::byte_serialize(REDIRECT_URI.as_bytes()).collect::<String>()
+    );
     let answer = f.token_form(&form, Some(&f.basic())).await;
     assert_eq!(answer.status, 200, "{:?}", answer.json_body());
 }
@@ -45,7 +52,10 @@ async fn authlib_content_type_and_unencoded_basic_are_served() {
     let f = Fixture::new().await;
     let code = f.code().await;
     let raw = format!("{}:{}", f.client.id, f.secret.expose());
-    let header = format!("Basic {}", base64::Engine::encode(&base64::engine::general_purpose::STANDARD, raw));
+    let header = format!(
+        "Basic {}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, raw)
+    );
     let answer = f
         .token_with(
             Some("application/x-www-form-urlencoded;charset=UTF-8"),
@@ -76,7 +86,14 @@ async fn the_code_may_come_in_the_query_string() {
     let f = Fixture::new().await;
     let code = f.code().await;
     let body = json!({"client_id": f.client.id, "client_secret": f.secret.expose()}).to_string();
-    let answer = f.token_with(Some("application/json"), None, body.as_bytes(), &format!("code={code}")).await;
+    let answer = f
+        .token_with(
+            Some("application/json"),
+            None,
+            body.as_bytes(),
+            &format!("code={code}"),
+        )
+        .await;
     assert_eq!(answer.status, 200, "{:?}", answer.json_body());
 }
 
@@ -86,9 +103,15 @@ async fn a_bearer_header_on_the_token_endpoint_is_not_client_authentication() {
     let f = Fixture::new().await;
     let (access, _) = f.tokens().await;
     let code = f.code().await;
-    let body = json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code}).to_string();
+    let body = json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code})
+        .to_string();
     let answer = f
-        .token_with(Some("application/json; charset=utf-8"), Some(&format!("Bearer {access}")), body.as_bytes(), "")
+        .token_with(
+            Some("application/json; charset=utf-8"),
+            Some(&format!("Bearer {access}")),
+            body.as_bytes(),
+            "",
+        )
         .await;
     assert_eq!(answer.status, 200);
 }
@@ -97,15 +120,21 @@ async fn a_bearer_header_on_the_token_endpoint_is_not_client_authentication() {
 async fn a_missing_field_is_named_by_its_path() {
     let f = Fixture::new().await;
     let code = f.code().await;
-    let answer = f.token_json(json!({"client_id": f.client.id, "code": code})).await;
+    let answer = f
+        .token_json(json!({"client_id": f.client.id, "code": code}))
+        .await;
     assert_error(&answer, 400, "CANNOT_BE_NULL");
     assert_eq!(body(&answer)["path"], "body.client_secret");
     assert_eq!(body(&answer)["error"], "invalid_request");
 
-    let answer = f.token_json(json!({"client_secret": f.secret.expose(), "code": code})).await;
+    let answer = f
+        .token_json(json!({"client_secret": f.secret.expose(), "code": code}))
+        .await;
     assert_eq!(body(&answer)["path"], "body.client_id");
 
-    let answer = f.token_json(json!({"client_id": f.client.id, "client_secret": f.secret.expose()})).await;
+    let answer = f
+        .token_json(json!({"client_id": f.client.id, "client_secret": f.secret.expose()}))
+        .await;
     assert_error(&answer, 400, "CANNOT_BE_NULL");
     assert_eq!(body(&answer)["path"], "body.code");
 }
@@ -114,17 +143,33 @@ async fn a_missing_field_is_named_by_its_path() {
 async fn bad_client_credentials_are_access_denied() {
     let f = Fixture::new().await;
     let code = f.code().await;
-    let answer = f.token_json(json!({"client_id": f.client.id, "client_secret": "cgcs_wrong", "code": code})).await;
+    let answer = f
+        .token_json(json!({"client_id": f.client.id, "client_secret": "cgcs_wrong", "code": code}))
+        .await;
     assert_error(&answer, 401, "ACCESS_DENIED");
     assert_eq!(body(&answer)["error"], "invalid_client");
-    let answer = f.token_json(json!({"client_id": "unknown", "client_secret": "x", "code": code})).await;
+    let answer = f
+        .token_json(json!({"client_id": "unknown", "client_secret": "x", "code": code}))
+        .await;
     assert_error(&answer, 401, "ACCESS_DENIED");
     // With Basic, the answer carries a Basic challenge (RFC 6749 section 5.2).
-    let answer = f.token_form(&format!("code={code}"), Some(&basic(f.client.id.as_str(), "wrong"))).await;
+    let answer = f
+        .token_form(
+            &format!("code={code}"),
+            Some(&basic(f.client.id.as_str(), "wrong")),
+        )
+        .await;
     assert_error(&answer, 401, "ACCESS_DENIED");
-    assert_eq!(answer.header("www-authenticate"), Some(format!("Basic realm=\"{}\"", f.realm()).as_str()));
+    assert_eq!(
+        answer.header("www-authenticate"),
+        Some(format!("Basic realm=\"{}\"", f.realm()).as_str())
+    );
     // The code was not consumed by failed client authentication.
-    let answer = f.token_json(json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code})).await;
+    let answer = f
+        .token_json(
+            json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code}),
+        )
+        .await;
     assert_eq!(answer.status, 200);
 }
 
@@ -136,7 +181,12 @@ async fn an_unknown_code_is_access_denied() {
         .await;
     assert_error(&answer, 401, "ACCESS_DENIED");
     assert_eq!(body(&answer)["error"], "invalid_grant");
-    assert!(!answer.header("www-authenticate").unwrap().contains("expired_token"));
+    assert!(
+        !answer
+            .header("www-authenticate")
+            .unwrap()
+            .contains("expired_token")
+    );
 }
 
 #[tokio::test]
@@ -154,7 +204,11 @@ async fn a_code_expires_after_its_lifetime() {
     let f = Fixture::new().await;
     let code = f.code().await;
     f.clock.advance(Duration::minutes(10));
-    let answer = f.token_json(json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code})).await;
+    let answer = f
+        .token_json(
+            json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code}),
+        )
+        .await;
     assert_error(&answer, 401, "EXPIRED_CODE_GRANT");
     assert_eq!(body(&answer)["error"], "invalid_grant");
 }
@@ -163,8 +217,13 @@ async fn a_code_expires_after_its_lifetime() {
 async fn a_code_is_still_good_just_before_its_lifetime_ends() {
     let f = Fixture::new().await;
     let code = f.code().await;
-    f.clock.advance(Duration::minutes(10) - Duration::seconds(1));
-    let answer = f.token_json(json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code})).await;
+    f.clock
+        .advance(Duration::minutes(10) - Duration::seconds(1));
+    let answer = f
+        .token_json(
+            json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code}),
+        )
+        .await;
     assert_eq!(answer.status, 200);
 }
 
@@ -173,7 +232,11 @@ async fn the_code_lifetime_is_configurable() {
     let f = Fixture::with_config(|c| c.code_lifetime = Duration::minutes(60)).await;
     let code = f.code().await;
     f.clock.advance(Duration::minutes(59));
-    let answer = f.token_json(json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code})).await;
+    let answer = f
+        .token_json(
+            json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code}),
+        )
+        .await;
     assert_eq!(answer.status, 200);
 }
 
@@ -181,7 +244,8 @@ async fn the_code_lifetime_is_configurable() {
 async fn used_code_revokes_its_tokens() {
     let f = Fixture::new().await;
     let code = f.code().await;
-    let request = json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code});
+    let request =
+        json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": code});
     let first = body(&f.token_json(request.clone()).await);
     let access = first["access_token"].as_str().unwrap();
     let refresh = first["refresh_token"].as_str().unwrap();
@@ -189,24 +253,34 @@ async fn used_code_revokes_its_tokens() {
 
     let replay = f.token_json(request).await;
     assert_error(&replay, 401, "EXPIRED_CODE_GRANT");
-    assert!(f.bearer(access).await.is_err(), "RFC 6749 4.1.2: replay revokes issued tokens");
+    assert!(
+        f.bearer(access).await.is_err(),
+        "RFC 6749 4.1.2: replay revokes issued tokens"
+    );
     assert_error(&f.refresh(refresh).await, 401, "INVALID_REFRESH_TOKEN");
 }
 
 #[tokio::test]
 async fn unparseable_bodies_and_wrong_content_types_are_told_apart() {
     let f = Fixture::new().await;
-    let answer = f.token_with(Some("application/json"), None, b"{not json", "").await;
+    let answer = f
+        .token_with(Some("application/json"), None, b"{not json", "")
+        .await;
     assert_error(&answer, 400, "BAD_REQUEST");
     assert_eq!(body(&answer)["error"], "invalid_request");
     let answer = f.token_with(Some("text/plain"), None, b"code=x", "").await;
     assert_error(&answer, 415, "UNSUPPORTED_MEDIA_TYPE");
     let answer = f.token_with(None, None, b"code=x", "").await;
     assert_error(&answer, 415, "UNSUPPORTED_MEDIA_TYPE");
-    let answer = f.token_json(json!({"client_id": 12, "client_secret": "x", "code": "y"})).await;
+    let answer = f
+        .token_json(json!({"client_id": 12, "client_secret": "x", "code": "y"}))
+        .await;
     assert_error(&answer, 400, "INVALID_DATA_TYPE");
     assert_eq!(body(&answer)["path"], "body.client_id");
-    assert_eq!(body(&answer)["validation_rules"], json!({"data_type": "string"}));
+    assert_eq!(
+        body(&answer)["validation_rules"],
+        json!({"data_type": "string"})
+    );
     let answer = f.token_form("code=a&code=b", Some(&f.basic())).await;
     assert_error(&answer, 400, "BAD_REQUEST");
 }
@@ -216,17 +290,42 @@ async fn grant_type_must_agree_with_the_body() {
     let f = Fixture::new().await;
     let (_, refresh) = f.tokens().await;
     let code = f.code().await;
-    let answer = f.token_form(&format!("grant_type=refresh_token&code={code}"), Some(&f.basic())).await;
+    let answer = f
+        .token_form(
+            &format!("grant_type=refresh_token&code={code}"),
+            Some(&f.basic()),
+        )
+        .await;
     assert_error(&answer, 400, "CONFLICTING_FIELD");
-    let answer = f.token_form(&format!("grant_type=authorization_code&refresh_token={refresh}"), Some(&f.basic())).await;
+    let answer = f
+        .token_form(
+            &format!("grant_type=authorization_code&refresh_token={refresh}"),
+            Some(&f.basic()),
+        )
+        .await;
     assert_error(&answer, 400, "CONFLICTING_FIELD");
-    let answer = f.token_form(&format!("code={code}&refresh_token={refresh}"), Some(&f.basic())).await;
+    let answer = f
+        .token_form(
+            &format!("code={code}&refresh_token={refresh}"),
+            Some(&f.basic()),
+        )
+        .await;
     assert_error(&answer, 400, "CONFLICTING_FIELD");
-    let answer = f.token_form("grant_type=password&username=a&password=b", Some(&f.basic())).await;
+    let answer = f
+        .token_form(
+            "grant_type=password&username=a&password=b",
+            Some(&f.basic()),
+        )
+        .await;
     assert_error(&answer, 400, "INVALID_OPTION");
     assert_eq!(body(&answer)["error"], "unsupported_grant_type");
-    assert_eq!(body(&answer)["validation_rules"]["valid_options"], json!(["authorization_code", "refresh_token"]));
-    let answer = f.token_form("grant_type=refresh_token", Some(&f.basic())).await;
+    assert_eq!(
+        body(&answer)["validation_rules"]["valid_options"],
+        json!(["authorization_code", "refresh_token"])
+    );
+    let answer = f
+        .token_form("grant_type=refresh_token", Some(&f.basic()))
+        .await;
     assert_error(&answer, 400, "CANNOT_BE_NULL");
     assert_eq!(body(&answer)["path"], "body.refresh_token");
 }
