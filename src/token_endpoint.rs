@@ -331,13 +331,15 @@ impl Gateway {
                     Rotation::Rotated => self.issue_access(caller, successor, now).await,
                     // Lost a race with a concurrent refresh of the same token.
                     Rotation::AlreadyRotated { at, successor } => {
-                        self.rotated_use(caller, &presented, at, successor).await
+                        self.rotated_use(caller, &presented, at, successor, now)
+                            .await
                     }
                     Rotation::Revoked | Rotation::NotFound => Err(TokenError::InvalidRefreshToken),
                 }
             }
             (RefreshState::Rotated { at, successor }, _) => {
-                self.rotated_use(caller, &presented, *at, *successor).await
+                self.rotated_use(caller, &presented, *at, *successor, now)
+                    .await
             }
         }
     }
@@ -352,8 +354,8 @@ impl Gateway {
         presented: &RefreshToken,
         rotated_at: time::OffsetDateTime,
         successor_hash: SecretHash,
+        now: time::OffsetDateTime,
     ) -> Result<TokenResponse, TokenError> {
-        let now = self.clock.now();
         if judge_rotated_use(rotated_at, now, self.config.refresh_policy) == RotatedUse::Grace {
             let successor = presented.successor(&self.hasher);
             let live = self

@@ -353,3 +353,37 @@ async fn concurrent_exchanges_of_one_code_issue_tokens_once() {
     }
     assert_eq!(ok, 1);
 }
+
+#[tokio::test]
+async fn a_token_store_outage_answers_503_with_a_generic_body() {
+    let stores = conversion_gateway::Stores {
+        tokens: Arc::new(DownStore),
+        ..conversion_gateway::Stores::in_memory()
+    };
+    let f = Fixture::with_stores(stores, |_| {}).await;
+    let request = f
+        .gateway
+        .authorization_request(&f.dialog_query(""))
+        .await
+        .unwrap();
+    let error = f.gateway.approve(&request, f.account.id).await.unwrap_err();
+    assert_error(&error.to_answer(), 503, "SERVICE_UNAVAILABLE");
+
+    let answer = f
+        .token_json(
+            json!({"client_id": f.client.id, "client_secret": f.secret.expose(), "code": "cgac_x"}),
+        )
+        .await;
+    assert_error(&answer, 503, "SERVICE_UNAVAILABLE");
+    assert_eq!(answer.header("retry-after"), Some("1"));
+    assert!(
+        !String::from_utf8(answer.body_bytes())
+            .unwrap()
+            .contains("db.internal")
+    );
+
+    let bearer = f.bearer("cgat_x").await.unwrap_err().to_answer(&f.realm());
+    assert_error(&bearer, 503, "SERVICE_UNAVAILABLE");
+    let revoke = f.revoke(Some(&f.basic()), "token=cgat_x").await;
+    assert_error(&revoke, 503, "SERVICE_UNAVAILABLE");
+}

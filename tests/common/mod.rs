@@ -53,10 +53,25 @@ impl Fixture {
             .register_client("Other App", vec!["https://other.example/cb".into()], false)
             .await
             .expect("register other client");
-        let mut account = Account::new("Acme Marketing", "owner@acme.example", &SeededRandom::new(1));
+        let mut account = Account::new(
+            "Acme Marketing",
+            "owner@acme.example",
+            &SeededRandom::new(1),
+        );
         account.custom_fields = vec!["plan".into(), "source".into()];
-        gateway.create_account(&account).await.expect("create account");
-        Self { gateway: Arc::new(gateway), clock, client, secret, other_client, other_secret, account }
+        gateway
+            .create_account(&account)
+            .await
+            .expect("create account");
+        Self {
+            gateway: Arc::new(gateway),
+            clock,
+            client,
+            secret,
+            other_client,
+            other_secret,
+            account,
+        }
     }
 
     pub fn realm(&self) -> String {
@@ -66,7 +81,10 @@ impl Fixture {
     /// The dialog's query string for this fixture's app.
     pub fn dialog_query(&self, extra: &str) -> String {
         let redirect = form_urlencoded::byte_serialize(REDIRECT_URI.as_bytes()).collect::<String>();
-        format!("client_id={}&redirect_uri={redirect}{extra}", self.client.id)
+        format!(
+            "client_id={}&redirect_uri={redirect}{extra}",
+            self.client.id
+        )
     }
 
     /// Runs the dialog (allowing access) and returns the redirect's query.
@@ -76,7 +94,11 @@ impl Fixture {
             .authorization_request(&self.dialog_query(extra))
             .await
             .expect("valid authorization request");
-        let answer = self.gateway.approve(&request, self.account.id).await.expect("approve");
+        let answer = self
+            .gateway
+            .approve(&request, self.account.id)
+            .await
+            .expect("approve");
         assert_eq!(answer.status, 302);
         redirect_params(&answer)
     }
@@ -86,12 +108,23 @@ impl Fixture {
     }
 
     pub async fn token_json(&self, body: Value) -> HttpAnswer {
-        self.token_with(Some("application/json"), None, body.to_string().as_bytes(), "").await
+        self.token_with(
+            Some("application/json"),
+            None,
+            body.to_string().as_bytes(),
+            "",
+        )
+        .await
     }
 
     pub async fn token_form(&self, form: &str, authorization: Option<&str>) -> HttpAnswer {
-        self.token_with(Some("application/x-www-form-urlencoded"), authorization, form.as_bytes(), "")
-            .await
+        self.token_with(
+            Some("application/x-www-form-urlencoded"),
+            authorization,
+            form.as_bytes(),
+            "",
+        )
+        .await
     }
 
     pub async fn token_with(
@@ -102,7 +135,13 @@ impl Fixture {
         query: &str,
     ) -> HttpAnswer {
         self.gateway
-            .token(&RequestParts { query, content_type, authorization, idempotency_key: None, body })
+            .token(&RequestParts {
+                query,
+                content_type,
+                authorization,
+                idempotency_key: None,
+                body,
+            })
             .await
     }
 
@@ -117,8 +156,14 @@ impl Fixture {
         assert_eq!(answer.status, 200, "{:?}", answer.json_body());
         let body = answer.json_body().expect("json").clone();
         (
-            body["access_token"].as_str().expect("access_token").to_owned(),
-            body["refresh_token"].as_str().expect("refresh_token").to_owned(),
+            body["access_token"]
+                .as_str()
+                .expect("access_token")
+                .to_owned(),
+            body["refresh_token"]
+                .as_str()
+                .expect("refresh_token")
+                .to_owned(),
         )
     }
 
@@ -130,8 +175,13 @@ impl Fixture {
         .await
     }
 
-    pub async fn bearer(&self, access_token: &str) -> Result<conversion_gateway::Caller, conversion_gateway::BearerError> {
-        self.gateway.authenticate_bearer(Some(&format!("Bearer {access_token}"))).await
+    pub async fn bearer(
+        &self,
+        access_token: &str,
+    ) -> Result<conversion_gateway::Caller, conversion_gateway::BearerError> {
+        self.gateway
+            .authenticate_bearer(Some(&format!("Bearer {access_token}")))
+            .await
     }
 
     pub async fn revoke(&self, authorization: Option<&str>, form: &str) -> HttpAnswer {
@@ -154,17 +204,25 @@ impl Fixture {
 pub fn basic(id: &str, secret: &str) -> String {
     let encode = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
     let pair = format!("{}:{}", encode(id), encode(secret));
-    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
 }
 
 pub fn redirect_params(answer: &HttpAnswer) -> Vec<(String, String)> {
     let location = answer.header("location").expect("location header");
     let query = location.split_once('?').map(|(_, q)| q).unwrap_or("");
-    form_urlencoded::parse(query.as_bytes()).into_owned().collect()
+    form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect()
 }
 
 pub fn param(params: &[(String, String)], name: &str) -> Option<String> {
-    params.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+    params
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
 }
 
 pub fn body(answer: &HttpAnswer) -> Value {
@@ -176,6 +234,125 @@ pub fn body(answer: &HttpAnswer) -> Value {
 pub fn assert_error(answer: &HttpAnswer, status: u16, error_type: &str) {
     assert_eq!(answer.status, status, "{:?}", answer.json_body());
     assert_eq!(answer.header("content-type"), Some("application/json"));
-    assert_eq!(body(answer)["error_type"], error_type, "{:?}", answer.json_body());
-    assert!(body(answer)["error_message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert_eq!(
+        body(answer)["error_type"],
+        error_type,
+        "{:?}",
+        answer.json_body()
+    );
+    assert!(
+        body(answer)["error_message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+}
+
+/// A backend that is down: every call fails with `StoreError::Backend`.
+pub struct DownStore;
+
+fn down<T>() -> Result<T, conversion_gateway::StoreError> {
+    Err(conversion_gateway::StoreError::backend(
+        "reach the database",
+        std::io::Error::other("connection refused to db.internal:5432"),
+    ))
+}
+
+#[async_trait::async_trait]
+impl conversion_gateway::EventSink for DownStore {
+    async fn record(
+        &self,
+        _: &conversion_gateway::EventSubmission,
+    ) -> Result<conversion_gateway::RecordOutcome, conversion_gateway::StoreError> {
+        down()
+    }
+    async fn find_event(
+        &self,
+        _: uuid::Uuid,
+    ) -> Result<Option<conversion_gateway::RecordedEvent>, conversion_gateway::StoreError> {
+        down()
+    }
+}
+
+/// A valid conversion event body.
+pub fn conversion_body(email: &str) -> Value {
+    json!({
+        "event_type": "CONVERSION",
+        "event_family": "CDP",
+        "payload": {
+            "conversion_identifier": "newsletter-signup",
+            "email": email,
+            "name": "Ana Lima",
+            "tags": ["lead", "webinar"],
+            "cf_plan": "gold",
+            "available_for_mailing": true,
+        }
+    })
+}
+
+#[async_trait::async_trait]
+impl conversion_gateway::TokenStore for DownStore {
+    async fn insert_grant(
+        &self,
+        _: &conversion_gateway::Grant,
+    ) -> Result<(), conversion_gateway::StoreError> {
+        down()
+    }
+    async fn find_grant(
+        &self,
+        _: conversion_gateway::GrantId,
+    ) -> Result<Option<conversion_gateway::Grant>, conversion_gateway::StoreError> {
+        down()
+    }
+    async fn revoke_grant(
+        &self,
+        _: conversion_gateway::GrantId,
+        _: time::OffsetDateTime,
+    ) -> Result<bool, conversion_gateway::StoreError> {
+        down()
+    }
+    async fn insert_code(
+        &self,
+        _: &conversion_gateway::CodeRecord,
+    ) -> Result<(), conversion_gateway::StoreError> {
+        down()
+    }
+    async fn take_code(
+        &self,
+        _: &conversion_gateway::SecretHash,
+    ) -> Result<conversion_gateway::CodeTake, conversion_gateway::StoreError> {
+        down()
+    }
+    async fn insert_access_token(
+        &self,
+        _: &conversion_gateway::AccessTokenRecord,
+    ) -> Result<(), conversion_gateway::StoreError> {
+        down()
+    }
+    async fn find_access_token(
+        &self,
+        _: &conversion_gateway::SecretHash,
+    ) -> Result<Option<conversion_gateway::AccessTokenRecord>, conversion_gateway::StoreError> {
+        down()
+    }
+    async fn insert_refresh_token(
+        &self,
+        _: &conversion_gateway::RefreshTokenRecord,
+    ) -> Result<(), conversion_gateway::StoreError> {
+        down()
+    }
+    async fn find_refresh_token(
+        &self,
+        _: &conversion_gateway::SecretHash,
+    ) -> Result<Option<conversion_gateway::RefreshTokenRecord>, conversion_gateway::StoreError>
+    {
+        down()
+    }
+    async fn rotate_refresh_token(
+        &self,
+        _: &conversion_gateway::SecretHash,
+        _: &conversion_gateway::RefreshTokenRecord,
+        _: time::OffsetDateTime,
+    ) -> Result<conversion_gateway::Rotation, conversion_gateway::StoreError> {
+        down()
+    }
 }
