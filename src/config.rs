@@ -2,6 +2,8 @@
 
 use time::Duration;
 
+use crate::ConversionLimits;
+
 /// What happens to a refresh token when it is used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -51,6 +53,9 @@ pub struct GatewayConfig {
     pub idempotency_retention: Duration,
     /// The most API keys one account may hold (the real service: 5).
     pub max_api_keys_per_account: usize,
+    /// The bounds of conversion-event validation (body size, string
+    /// lengths, tags...) and the policy for unknown attributes.
+    pub conversion_limits: ConversionLimits,
 }
 
 impl GatewayConfig {
@@ -64,6 +69,7 @@ impl GatewayConfig {
             refresh_policy: RefreshPolicy::default(),
             idempotency_retention: Duration::hours(24),
             max_api_keys_per_account: 5,
+            conversion_limits: ConversionLimits::default(),
         }
     }
 

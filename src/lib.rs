@@ -1,4 +1,110 @@
-//! conversion-gateway (crate docs are written as the core lands).
+//! conversion-gateway: the auth and conversion-intake side of a marketing
+//! platform, as a library that a Rust service embeds.
+//!
+//! # What it does
+//!
+//! - **OAuth 2.0 authorization code flow** for third-party applications
+//!   (RFC 6749, with PKCE, RFC 7636): the authorization dialog's decisions,
+//!   single-use codes, token issue and refresh (access tokens live 86400 s),
+//!   refresh-token rotation with reuse detection (RFC 9700), revocation
+//!   (RFC 7009), and bearer authentication of API calls.
+//! - **API-key authentication** and the **intake of conversion events**
+//!   (`CONVERSION` / `CDP`): validation of the event and its contact payload
+//!   in one pass with no allocation, recording through an [`EventSink`], an
+//!   `event_uuid` answer, batches, and `Idempotency-Key` retries.
+//! - Compatibility with the real clients of the RD Station Marketing API it
+//!   mirrors (JSON and form token bodies, HTTP Basic, legacy parameter names,
+//!   the exact error shapes and challenges clients parse).
+//!
+//! # What it does not do
+//!
+//! - No HTTP server and no web framework: every endpoint takes the request
+//!   parts an adapter extracted ([`RequestParts`]) and returns an
+//!   [`HttpAnswer`] (status, headers, JSON). `examples/server/` is a complete
+//!   axum server; `examples/hyper_adapter.rs` shows another stack.
+//! - No login UI and no password hashing: the host renders the dialog's pages
+//!   and verifies passwords; [`Account::password_hash`] holds its PHC string.
+//! - No wall clock or random source inside the decisions: [`Clock`] and
+//!   [`RandomSource`] are injected, so every lifecycle test is deterministic.
+//!
+//! # Quickstart
+//!
+//! ```
+//! use conversion_gateway::{
+//!     Account, Gateway, GatewayConfig, OsRandom, RequestParts, SecretHasher, Stores,
+//! };
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // In production the key comes from a secret store and never changes.
+//! let key = [7u8; 32];
+//! let gateway = Gateway::new(
+//!     GatewayConfig::new("https://api.example.com"),
+//!     Stores::in_memory(),
+//!     SecretHasher::new(key),
+//! );
+//! let account = Account::new("Acme", "owner@acme.example", &OsRandom);
+//! gateway.create_account(&account).await?;
+//!
+//! // An application asks the account for access (spec endpoint 1)...
+//! let (app, secret) = gateway
+//!     .register_client("Lead Sync", vec!["https://app.example/cb".into()], false)
+//!     .await?;
+//! let query = format!("client_id={}&redirect_uri=https://app.example/cb&state=s1", app.id);
+//! let request = gateway.authorization_request(&query).await?;
+//! // ...the host logs the user in, shows request.client_name(), and on "Allow":
+//! let redirect = gateway.approve(&request, account.id).await?;
+//! let location = redirect.header("location").unwrap();
+//! let code = location.split("code=").nth(1).unwrap().split('&').next().unwrap();
+//!
+//! // The application exchanges the code (spec endpoint 2).
+//! let body = format!(
+//!     r#"{{"client_id":"{}","client_secret":"{}","code":"{code}"}}"#,
+//!     app.id,
+//!     secret.expose()
+//! );
+//! let answer = gateway
+//!     .token(&RequestParts {
+//!         content_type: Some("application/json"),
+//!         body: body.as_bytes(),
+//!         ..RequestParts::default()
+//!     })
+//!     .await;
+//! assert_eq!(answer.status, 200);
+//! let access_token = answer.json_body().unwrap()["access_token"].as_str().unwrap();
+//!
+//! // The host guards its own API with the bearer token.
+//! let caller = gateway
+//!     .authenticate_bearer(Some(&format!("Bearer {access_token}")))
+//!     .await?;
+//! assert_eq!(caller.account_id, account.id);
+//!
+//! // A website form sends a conversion with an API key (spec endpoint 5).
+//! let (_, api_key) = gateway.issue_api_key(account.id, "website").await?.unwrap();
+//! let event = br#"{"event_type":"CONVERSION","event_family":"CDP",
+//!     "payload":{"conversion_identifier":"signup","email":"lead@example.com"}}"#;
+//! let answer = gateway
+//!     .record_conversion(&RequestParts {
+//!         query: &format!("api_key={}", api_key.expose()),
+//!         content_type: Some("application/json"),
+//!         body: event,
+//!         ..RequestParts::default()
+//!     })
+//!     .await;
+//! assert_eq!(answer.status, 200);
+//! assert!(answer.json_body().unwrap()["event_uuid"].is_string());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Storage
+//!
+//! Five traits ([`TokenStore`], [`ClientRegistry`], [`AccountStore`],
+//! [`ApiKeyStore`], [`EventSink`]) with in-memory implementations here,
+//! SQLite (`sqlite` feature) and PostgreSQL (`postgres` feature). The
+//! operations that must be atomic are named in each trait's docs; the public
+//! conformance suite (`test-util` feature, module `conformance`) checks any
+//! implementation, yours included.
 #![warn(missing_docs)]
 
 mod account;
@@ -11,6 +117,7 @@ mod event;
 mod gateway;
 mod grant;
 mod http;
+mod intake;
 mod lifecycle;
 mod memory;
 mod random;
@@ -35,6 +142,7 @@ pub use event::{EventSubmission, IdempotencyClaim, IntakeChannel, RecordOutcome,
 pub use grant::{Grant, GrantId};
 pub use gateway::{Gateway, Stores};
 pub use http::{AnswerBody, HttpAnswer};
+pub use intake::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
 pub use lifecycle::{
     AccessRefusal, Caller, RotatedUse, access_token_record, check_access_token, check_code_exchange,
     check_refresh_token, is_active, is_pkce_value, judge_rotated_use, pkce_matches,
@@ -45,7 +153,7 @@ pub use memory::{
 };
 pub use random::{OsRandom, RandomSource, SeededRandom, random_uuid};
 pub use request::{ParamsError, RequestParts};
-pub use revocation::RevocationError;
+pub use revocation::{RevocationError, revocation_answer};
 pub use secret::{
     AccessToken, ApiKey, AuthorizationCode, ClientSecret, RefreshToken, SECRET_ENTROPY_BYTES,
     SecretHash, SecretHasher, SecretKind,
@@ -58,6 +166,34 @@ pub use token::{AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, Refr
 pub use token_endpoint::TokenResponse;
 pub use token_error::TokenError;
 
+// --- conversion validation (owned by the validation work) ---
 mod conversion;
+mod conversion_error;
+mod json_path;
 
+pub use conversion::{
+    ConversionEvent, ConversionLimits, LegalBasis, LegalBasisCategory, LegalBasisStatus,
+    LegalBasisType, Tags, UnknownAttributes, validate_batch, validate_conversion,
+};
+pub use conversion_error::{DataType, ErrorType, FieldError, ValidationErrors, ValidationRules};
+pub use json_path::{JsonPath, PathSegment};
+// --- end conversion validation ---
 
+// --- durable stores ---
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+#[cfg(feature = "postgres")]
+pub use postgres::{PgStore, PgStoreOptions};
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+// --- end durable stores ---
+
+/// The README's code blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

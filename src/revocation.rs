@@ -31,6 +31,12 @@ impl RevocationError {
     }
 }
 
+/// The answer to a revocation request that was accepted, whether or not it
+/// revoked anything (RFC 7009 section 2.2): `200` with `{}`, never cached.
+pub fn revocation_answer() -> HttpAnswer {
+    HttpAnswer::json(200, json!({})).with_header("cache-control", "no-store")
+}
+
 impl Gateway {
     /// `POST /auth/revoke`: the whole endpoint, answer included.
     ///
@@ -44,7 +50,7 @@ impl Gateway {
     /// with `{}`, since clients parse every 2xx body as JSON.
     pub async fn revoke(&self, request: &RequestParts<'_>) -> HttpAnswer {
         match self.revoke_token(request).await {
-            Ok(_) => HttpAnswer::json(200, json!({})).with_header("cache-control", "no-store"),
+            Ok(_) => revocation_answer(),
             Err(error) => error.to_answer(&self.config.realm()),
         }
     }

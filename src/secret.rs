@@ -172,7 +172,7 @@ impl RefreshToken {
 ///
 /// A leaked database of these yields no usable credential without the server
 /// key. `==` runs in constant time.
-#[derive(Clone, Copy, Hash)]
+#[derive(Clone, Copy)]
 pub struct SecretHash([u8; 32]);
 
 impl SecretHash {
@@ -218,6 +218,14 @@ impl PartialEq for SecretHash {
 }
 
 impl Eq for SecretHash {}
+
+// Written by hand beside the constant-time `PartialEq`: both look at the same
+// 32 bytes, so equal hashes hash equally, as `HashMap` requires.
+impl std::hash::Hash for SecretHash {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 impl fmt::Debug for SecretHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,0 +1,434 @@
+//! The whole service of spec.md on one address: the authorization dialog, the
+//! token, revocation and intake endpoints, on an embedded SQLite store by
+//! default.
+//!
+//! ```text
+//! cargo run --example server --features sqlite -- --demo-credentials demo.json
+//! ```
+//!
+//! This file is the process around the application (`app.rs`): the command
+//! line, logging, the server key, the store, and a graceful shutdown.
+
+mod app;
+
+use std::fmt;
+use std::io::{self, IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use conversion_gateway::{Gateway, GatewayConfig, Stores, SystemClock};
+use tokio::net::TcpListener;
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+use app::{AppState, Passwords, ServerKey, router, seed_demo};
+
+const USAGE: &str = "\
+Runs the conversion-gateway service on one address.
+
+Usage: cargo run --example server -- [OPTIONS]
+
+Options:
+  --listen ADDR            Address to listen on [default: 127.0.0.1:8080]
+  --base-url URL           The service's public base URL, also the realm of its
+                           WWW-Authenticate headers [default: http:// and the
+                           address listened on]
+  --store STORE            memory | sqlite:PATH | postgres://USER@HOST/DB
+                           [default: sqlite:conversion-gateway.db]
+  --key-file PATH          The server key file (64 hex digits), created if
+                           missing. Keep it with the store: stored tokens and
+                           secrets are keyed hashes [default: the SQLite path
+                           and .key; conversion-gateway.key for PostgreSQL]
+  --demo-credentials PATH  Write the demo app, account and API key as JSON to
+                           PATH (without it, they are printed to the log)
+  -h, --help               Print this help
+
+Environment:
+  CONVERSION_GATEWAY_KEY   The server key (64 hex digits), when --key-file is
+                           not given; share it between instances of one store
+  RUST_LOG                 Log filter [default: info,sqlx=warn]
+";
+
+/// The parsed command line.
+struct Args {
+    listen: String,
+    base_url: Option<String>,
+    store: StoreChoice,
+    key_file: Option<PathBuf>,
+    demo_credentials: Option<PathBuf>,
+}
+
+/// Where the data lives.
+enum StoreChoice {
+    Memory,
+    Sqlite(PathBuf),
+    // Read only when the `postgres` feature is on; parsed always, so that
+    // the error says which feature is missing.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Postgres(String),
+}
+
+impl fmt::Display for StoreChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreChoice::Memory => f.write_str("memory"),
+            StoreChoice::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            // The address may hold a password: never printed.
+            StoreChoice::Postgres(_) => f.write_str("postgres"),
+        }
+    }
+}
+
+impl StoreChoice {
+    fn parse(text: &str) -> Result<Self, String> {
+        if text == "memory" {
+            Ok(StoreChoice::Memory)
+        } else if let Some(path) = text.strip_prefix("sqlite:") {
+            if path.is_empty() {
+                return Err(
+                    "--store sqlite: needs a file path, e.g. sqlite:conversion-gateway.db".into(),
+                );
+            }
+            Ok(StoreChoice::Sqlite(PathBuf::from(path)))
+        } else if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            Ok(StoreChoice::Postgres(text.to_owned()))
+        } else {
+            Err(format!(
+                "--store must be memory, sqlite:PATH or postgres://..., not {text:?}"
+            ))
+        }
+    }
+}
+
+impl Args {
+    /// The arguments, or `None` for `--help`.
+    fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Self>, String> {
+        let mut parsed = Args {
+            listen: "127.0.0.1:8080".into(),
+            base_url: None,
+            store: StoreChoice::Sqlite(PathBuf::from("conversion-gateway.db")),
+            key_file: None,
+            demo_credentials: None,
+        };
+        while let Some(arg) = args.next() {
+            if arg == "-h" || arg == "--help" {
+                return Ok(None);
+            }
+            // Both `--flag value` and `--flag=value`.
+            let (flag, inline) = match arg.split_once('=') {
+                Some((flag, value)) if flag.starts_with("--") => {
+                    (flag.to_owned(), Some(value.to_owned()))
+                }
+                _ => (arg, None),
+            };
+            let mut value = || {
+                inline
+                    .clone()
+                    .or_else(|| args.next())
+                    .ok_or(format!("{flag} needs a value"))
+            };
+            match flag.as_str() {
+                "--listen" => parsed.listen = value()?,
+                "--base-url" => parsed.base_url = Some(base_url(&value()?)?),
+                "--store" => parsed.store = StoreChoice::parse(&value()?)?,
+                "--key-file" => parsed.key_file = Some(value()?.into()),
+                "--demo-credentials" => parsed.demo_credentials = Some(value()?.into()),
+                _ => return Err(format!("unknown argument {flag:?}")),
+            }
+        }
+        Ok(Some(parsed))
+    }
+}
+
+/// A base URL that can be written in a `WWW-Authenticate` realm.
+fn base_url(text: &str) -> Result<String, String> {
+    let url = text.trim_end_matches('/');
+    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+    let chars_ok = url
+        .chars()
+        .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\');
+    if scheme_ok && chars_ok && !url.ends_with("//") {
+        Ok(url.to_owned())
+    } else {
+        Err(format!(
+            "--base-url must be an http:// or https:// URL, not {text:?}"
+        ))
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("error: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr, one line per event, filtered by `RUST_LOG`.
+fn init_logging() {
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|spec| spec.parse::<Targets>().ok())
+        // sqlx logs every statement at info.
+        .unwrap_or_else(|| {
+            Targets::new()
+                .with_default(Level::INFO)
+                .with_target("sqlx", Level::WARN)
+        });
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(io::stderr)
+                // Colours for a person at a terminal, not in a log file.
+                .with_ansi(io::stderr().is_terminal()),
+        )
+        .with(filter)
+        .init();
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    // The store first: a key file is only created for a store that opens.
+    let store = OpenStore::open(&args.store).await?;
+    let key = server_key(&args)?;
+    let listener = TcpListener::bind(&args.listen)
+        .await
+        .map_err(|error| format!("cannot listen on {}: {error}", args.listen))?;
+    let address = listener
+        .local_addr()
+        .map_err(|error| format!("cannot read the listening address: {error}"))?;
+    // From the bound address, so that `--listen 127.0.0.1:0` gets the real port.
+    let base_url = args
+        .base_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{address}"));
+    let gateway = Arc::new(Gateway::new(
+        GatewayConfig::new(base_url.as_str()),
+        store.stores(),
+        key.hasher(),
+    ));
+
+    let passwords = Passwords::recommended();
+    let demo = seed_demo(&gateway, &key, &passwords)
+        .await
+        .map_err(|error| format!("cannot seed the demo data: {}", describe(&error)))?;
+    match &args.demo_credentials {
+        Some(path) => {
+            write_private(path, &demo.to_json())
+                .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+            tracing::info!(path = %path.display(), "demo credentials written");
+        }
+        // For a newcomer's first try; the same values on every start.
+        None => tracing::info!(
+            demo = %serde_json::to_string(&demo).unwrap_or_default(),
+            "demo credentials (pass --demo-credentials PATH to write them to a file instead)"
+        ),
+    }
+
+    let state = AppState::new(gateway, &key, passwords, Arc::new(SystemClock));
+    tracing::info!(%address, %base_url, store = %args.store, "listening");
+    // The listener was bound before the demo file was written, so a client
+    // that waits for the file finds the port open.
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|error| format!("the server failed: {error}"))?;
+    // Every request in flight has been answered: whatever was acknowledged
+    // is in the store. Closing it checkpoints SQLite's write-ahead log.
+    store.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM. The server then stops accepting
+/// connections and finishes the requests in flight.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down: finishing the requests in flight");
+}
+
+/// The server key: `--key-file`, else `CONVERSION_GATEWAY_KEY`, else the key
+/// file beside the SQLite database (a fresh key for the memory store).
+fn server_key(args: &Args) -> Result<ServerKey, String> {
+    if let Some(path) = &args.key_file {
+        return key_file(path);
+    }
+    match std::env::var("CONVERSION_GATEWAY_KEY") {
+        Ok(hex) => {
+            tracing::info!("server key: from CONVERSION_GATEWAY_KEY");
+            return ServerKey::from_hex(&hex)
+                .ok_or_else(|| "CONVERSION_GATEWAY_KEY must be 64 hexadecimal digits".to_owned());
+        }
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err("CONVERSION_GATEWAY_KEY must be 64 hexadecimal digits".into());
+        }
+        Err(std::env::VarError::NotPresent) => {}
+    }
+    match &args.store {
+        StoreChoice::Memory => {
+            tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
+            Ok(ServerKey::generate())
+        }
+        StoreChoice::Sqlite(database) => {
+            let mut path = database.as_os_str().to_owned();
+            path.push(".key");
+            key_file(Path::new(&path))
+        }
+        StoreChoice::Postgres(_) => key_file(Path::new("conversion-gateway.key")),
+    }
+}
+
+fn key_file(path: &Path) -> Result<ServerKey, String> {
+    let (key, created) = ServerKey::load_or_create(path)
+        .map_err(|error| format!("cannot use the key file {}: {error}", path.display()))?;
+    if created {
+        tracing::info!(path = %path.display(), "server key: created a key file; keep it with the store");
+    } else {
+        tracing::info!(path = %path.display(), "server key: read from the key file");
+    }
+    Ok(key)
+}
+
+/// An opened store, kept to close it at shutdown.
+enum OpenStore {
+    Memory(Stores),
+    #[cfg(feature = "sqlite")]
+    Sqlite(Arc<conversion_gateway::SqliteStore>),
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<conversion_gateway::PgStore>),
+}
+
+impl OpenStore {
+    async fn open(choice: &StoreChoice) -> Result<Self, String> {
+        match choice {
+            StoreChoice::Memory => Ok(OpenStore::Memory(Stores::in_memory())),
+            #[cfg(feature = "sqlite")]
+            StoreChoice::Sqlite(path) => conversion_gateway::SqliteStore::open(path)
+                .await
+                .map(|store| OpenStore::Sqlite(Arc::new(store)))
+                .map_err(|error| format!("cannot open the SQLite store {}: {}", path.display(), describe(&error))),
+            #[cfg(not(feature = "sqlite"))]
+            StoreChoice::Sqlite(_) => Err(
+                "this server was built without the `sqlite` feature: run it with `cargo run --example server --features sqlite`, or pass --store memory".into(),
+            ),
+            #[cfg(feature = "postgres")]
+            StoreChoice::Postgres(url) => conversion_gateway::PgStore::connect(url)
+                .await
+                .map(|store| OpenStore::Postgres(Arc::new(store)))
+                .map_err(|error| format!("cannot open the PostgreSQL store: {}", describe(&error))),
+            #[cfg(not(feature = "postgres"))]
+            StoreChoice::Postgres(_) => Err(
+                "this server was built without the `postgres` feature: run it with `cargo run --example server --features postgres`".into(),
+            ),
+        }
+    }
+
+    fn stores(&self) -> Stores {
+        match self {
+            OpenStore::Memory(stores) => stores.clone(),
+            #[cfg(feature = "sqlite")]
+            OpenStore::Sqlite(store) => every_store(store.clone()),
+            #[cfg(feature = "postgres")]
+            OpenStore::Postgres(store) => every_store(store.clone()),
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            OpenStore::Memory(_) => {}
+            #[cfg(feature = "sqlite")]
+            OpenStore::Sqlite(store) => store.close().await,
+            #[cfg(feature = "postgres")]
+            OpenStore::Postgres(store) => store.close().await,
+        }
+    }
+}
+
+/// One store that implements every storage trait, as [`Stores`].
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn every_store<S>(store: Arc<S>) -> Stores
+where
+    S: conversion_gateway::TokenStore
+        + conversion_gateway::ClientRegistry
+        + conversion_gateway::AccountStore
+        + conversion_gateway::ApiKeyStore
+        + conversion_gateway::EventSink
+        + 'static,
+{
+    Stores {
+        tokens: store.clone(),
+        clients: store.clone(),
+        accounts: store.clone(),
+        api_keys: store.clone(),
+        events: store,
+    }
+}
+
+/// An error and its causes, for a message that says what really failed.
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Writes a file only its owner can read, replacing it atomically (a reader
+/// never sees half of it).
+fn write_private(path: &Path, contents: &str) -> io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    match std::fs::remove_file(&temporary) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&temporary)?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&temporary, path)
+}

@@ -1,0 +1,493 @@
+//! Errors found while validating a conversion event, and their wire shape.
+//!
+//! Errors stay compact while they are collected (an enum, a path of static or
+//! borrowed names, a rule as an enum) and become strings only in
+//! [`ValidationErrors::to_body`], so that an invalid event costs about one
+//! allocation per error rather than several.
+
+use std::fmt;
+
+use serde_json::{Map, Value, json};
+
+use crate::json_path::JsonPath;
+
+/// The kind of a validation error, sent as `error_type`.
+///
+/// The names are those the real service uses where it has one (COMPAT.md:
+/// `BAD_REQUEST`, `CANNOT_BE_NULL`, `CANNOT_BE_BLANK`, `INVALID_DATA_TYPE`,
+/// `INVALID_OPTION`, `INVALID_EMAIL_FORMAT`, `VALUES_MUST_BE_LOWERCASE`,
+/// `VALUES_MUST_BE_UNIQUE`, `CONFLICTING_FIELD`); the others are this crate's
+/// and are documented on each variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorType {
+    /// `BAD_REQUEST`: the body is not JSON, or not a JSON object (an array for a
+    /// batch). Reported alone, at path `$`.
+    BadRequest,
+    /// `BODY_TOO_LARGE`: the body is longer than
+    /// [`ConversionLimits::max_body_bytes`](crate::ConversionLimits::max_body_bytes);
+    /// answered with status 413, at path `$`.
+    BodyTooLarge,
+    /// `CANNOT_BE_NULL`: a required field is missing or `null`.
+    CannotBeNull,
+    /// `CANNOT_BE_BLANK`: a required string (or a tag) is empty or only whitespace.
+    CannotBeBlank,
+    /// `CANNOT_BE_EMPTY`: a batch holds no event.
+    CannotBeEmpty,
+    /// `INVALID_DATA_TYPE`: a field holds the wrong JSON type; the rules give the
+    /// expected `data_type`.
+    InvalidDataType,
+    /// `INVALID_OPTION`: a value outside an enumeration; the rules give the
+    /// `valid_options`.
+    InvalidOption,
+    /// `INVALID_EMAIL_FORMAT`: `email` is not a plausible e-mail address.
+    InvalidEmailFormat,
+    /// `INVALID_FORMAT`: a string does not have the shape its field requires
+    /// (`client_tracking_id` must be a UUID); the rules give the `format`.
+    InvalidFormat,
+    /// `VALUES_MUST_BE_LOWERCASE`: a tag holds an uppercase letter.
+    ValuesMustBeLowercase,
+    /// `VALUES_MUST_BE_UNIQUE`: a tag repeats an earlier tag.
+    ValuesMustBeUnique,
+    /// `CONFLICTING_FIELD`: a field is set that must be empty given another one
+    /// (a UTM field beside a traffic-source cookie); the rules name the other
+    /// field as `conflicts_with`.
+    ConflictingField,
+    /// `VALUE_TOO_LONG`: a string is longer than allowed; the rules give the
+    /// `max_length` in characters.
+    ValueTooLong,
+    /// `TOO_MANY_ITEMS`: an array (tags, legal bases, a batch) is longer than
+    /// allowed; the rules give `max_items`.
+    TooManyItems,
+    /// `TOO_DEEPLY_NESTED`: a value nests arrays or objects deeper than allowed;
+    /// the rules give `max_depth`.
+    TooDeeplyNested,
+    /// `UNKNOWN_FIELD`: an attribute that is neither a standard field nor a
+    /// custom field of the account, when unknown attributes are rejected.
+    UnknownField,
+    /// `DUPLICATE_FIELD`: an object names the same member twice, which would
+    /// leave it ambiguous which value was validated and which is recorded.
+    DuplicateField,
+}
+
+impl ErrorType {
+    /// The wire name sent as `error_type`, such as `INVALID_OPTION`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::BadRequest => "BAD_REQUEST",
+            ErrorType::BodyTooLarge => "BODY_TOO_LARGE",
+            ErrorType::CannotBeNull => "CANNOT_BE_NULL",
+            ErrorType::CannotBeBlank => "CANNOT_BE_BLANK",
+            ErrorType::CannotBeEmpty => "CANNOT_BE_EMPTY",
+            ErrorType::InvalidDataType => "INVALID_DATA_TYPE",
+            ErrorType::InvalidOption => "INVALID_OPTION",
+            ErrorType::InvalidEmailFormat => "INVALID_EMAIL_FORMAT",
+            ErrorType::InvalidFormat => "INVALID_FORMAT",
+            ErrorType::ValuesMustBeLowercase => "VALUES_MUST_BE_LOWERCASE",
+            ErrorType::ValuesMustBeUnique => "VALUES_MUST_BE_UNIQUE",
+            ErrorType::ConflictingField => "CONFLICTING_FIELD",
+            ErrorType::ValueTooLong => "VALUE_TOO_LONG",
+            ErrorType::TooManyItems => "TOO_MANY_ITEMS",
+            ErrorType::TooDeeplyNested => "TOO_DEEPLY_NESTED",
+            ErrorType::UnknownField => "UNKNOWN_FIELD",
+            ErrorType::DuplicateField => "DUPLICATE_FIELD",
+        }
+    }
+
+    /// The HTTP status an error of this kind is answered with: 413 for
+    /// [`ErrorType::BodyTooLarge`], 400 for every other kind.
+    pub const fn http_status(self) -> u16 {
+        // Exhaustive on purpose: a new kind does not compile until it is mapped.
+        match self {
+            ErrorType::BodyTooLarge => 413,
+            ErrorType::BadRequest
+            | ErrorType::CannotBeNull
+            | ErrorType::CannotBeBlank
+            | ErrorType::CannotBeEmpty
+            | ErrorType::InvalidDataType
+            | ErrorType::InvalidOption
+            | ErrorType::InvalidEmailFormat
+            | ErrorType::InvalidFormat
+            | ErrorType::ValuesMustBeLowercase
+            | ErrorType::ValuesMustBeUnique
+            | ErrorType::ConflictingField
+            | ErrorType::ValueTooLong
+            | ErrorType::TooManyItems
+            | ErrorType::TooDeeplyNested
+            | ErrorType::UnknownField
+            | ErrorType::DuplicateField => 400,
+        }
+    }
+}
+
+impl fmt::Display for ErrorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A JSON type a field is expected to hold, sent as `validation_rules.data_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DataType {
+    /// A JSON string, `"string"`.
+    String,
+    /// `true` or `false`, `"boolean"`.
+    Boolean,
+    /// A JSON array, `"array"`.
+    Array,
+    /// A JSON object, `"object"`.
+    Object,
+}
+
+impl DataType {
+    /// The wire name, such as `string`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DataType::String => "string",
+            DataType::Boolean => "boolean",
+            DataType::Array => "array",
+            DataType::Object => "object",
+        }
+    }
+
+    const fn article(self) -> &'static str {
+        match self {
+            DataType::String | DataType::Boolean => "a",
+            DataType::Array | DataType::Object => "an",
+        }
+    }
+}
+
+/// The rule an error broke, sent as `validation_rules`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ValidationRules {
+    /// `{"valid_options": [...]}`: the accepted values of an enumeration.
+    ValidOptions(&'static [&'static str]),
+    /// `{"data_type": "..."}`: the JSON type the field must hold.
+    DataType(DataType),
+    /// `{"max_length": N}`: the most characters a string may hold.
+    MaxLength(usize),
+    /// `{"max_items": N}`: the most elements an array may hold.
+    MaxItems(usize),
+    /// `{"max_depth": N}`: the deepest nesting allowed, the event object being 1.
+    MaxDepth(usize),
+    /// `{"max_bytes": N}`: the largest body accepted.
+    MaxBytes(usize),
+    /// `{"format": "..."}`: the shape a string must have, such as `uuid`.
+    Format(&'static str),
+    /// `{"conflicts_with": "..."}`: the field whose value forbids this one.
+    ConflictsWith(&'static str),
+}
+
+impl ValidationRules {
+    /// The rule as the JSON object sent under `validation_rules`.
+    pub fn to_json(&self) -> Value {
+        match *self {
+            ValidationRules::ValidOptions(options) => json!({ "valid_options": options }),
+            ValidationRules::DataType(data_type) => json!({ "data_type": data_type.as_str() }),
+            ValidationRules::MaxLength(max) => json!({ "max_length": max }),
+            ValidationRules::MaxItems(max) => json!({ "max_items": max }),
+            ValidationRules::MaxDepth(max) => json!({ "max_depth": max }),
+            ValidationRules::MaxBytes(max) => json!({ "max_bytes": max }),
+            ValidationRules::Format(format) => json!({ "format": format }),
+            ValidationRules::ConflictsWith(field) => json!({ "conflicts_with": field }),
+        }
+    }
+}
+
+/// Why a body was a `BAD_REQUEST`, for the message only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum BadBody {
+    /// Not JSON; the 1-based line and column (in bytes) of the first problem.
+    Syntax { line: usize, column: usize },
+    /// JSON, but not an object.
+    ExpectedObject,
+    /// JSON, but not an array (batch).
+    ExpectedArray,
+}
+
+/// One problem found in a conversion event: what, where, and the rule broken.
+///
+/// Its [`Display`](fmt::Display) is the `error_message`: plain English starting
+/// in lowercase, naming the field but never quoting its value (values may be
+/// personal data).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FieldError {
+    error_type: ErrorType,
+    path: JsonPath<'static>,
+    rules: Option<ValidationRules>,
+    bad_body: Option<BadBody>,
+}
+
+impl FieldError {
+    pub(crate) fn new(
+        error_type: ErrorType,
+        path: JsonPath<'_>,
+        rules: Option<ValidationRules>,
+    ) -> Self {
+        FieldError {
+            error_type,
+            path: path.into_owned(),
+            rules,
+            bad_body: None,
+        }
+    }
+
+    pub(crate) fn bad_body(bad_body: BadBody) -> Self {
+        FieldError {
+            error_type: ErrorType::BadRequest,
+            path: JsonPath::root(),
+            rules: None,
+            bad_body: Some(bad_body),
+        }
+    }
+
+    /// The kind of the error, sent as `error_type`.
+    pub fn error_type(&self) -> ErrorType {
+        self.error_type
+    }
+
+    /// The place of the offending value, sent as `path` (`$.payload.email`).
+    pub fn path(&self) -> &JsonPath<'static> {
+        &self.path
+    }
+
+    /// The rule that was broken, sent as `validation_rules` when present.
+    pub fn validation_rules(&self) -> Option<ValidationRules> {
+        self.rules
+    }
+
+    /// The error as one element of the `errors` array of the response body.
+    pub fn to_json(&self) -> Value {
+        let mut object = Map::new();
+        object.insert("error_type".into(), self.error_type.as_str().into());
+        object.insert("error_message".into(), self.to_string().into());
+        object.insert("path".into(), self.path.to_string().into());
+        if let Some(rules) = &self.rules {
+            object.insert("validation_rules".into(), rules.to_json());
+        }
+        Value::Object(object)
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(field) = self.path.label() else {
+            return self.fmt_whole(f);
+        };
+        match (self.error_type, self.rules) {
+            (ErrorType::CannotBeNull, _) => write!(f, "{field} is required and cannot be null"),
+            (ErrorType::CannotBeBlank, _) => write!(f, "{field} cannot be blank"),
+            (ErrorType::InvalidDataType, Some(ValidationRules::DataType(t))) => {
+                write!(f, "{field} must be {} {}", t.article(), t.as_str())
+            }
+            (ErrorType::InvalidOption, Some(ValidationRules::ValidOptions(options))) => {
+                write!(f, "{field} must be one of: {}", options.join(", "))
+            }
+            (ErrorType::InvalidEmailFormat, _) => {
+                write!(f, "{field} is not a valid e-mail address")
+            }
+            (ErrorType::InvalidFormat, Some(ValidationRules::Format("uuid"))) => write!(
+                f,
+                "{field} must be a UUID (hexadecimal digits grouped 8-4-4-4-12)"
+            ),
+            (ErrorType::ValuesMustBeLowercase, _) => write!(f, "{field} must be lowercase"),
+            (ErrorType::ValuesMustBeUnique, _) => {
+                write!(f, "{field} repeats an earlier value; values must be unique")
+            }
+            (ErrorType::ConflictingField, Some(ValidationRules::ConflictsWith(other))) => write!(
+                f,
+                "{field} must be empty when {other} holds a traffic-source cookie"
+            ),
+            (ErrorType::ValueTooLong, Some(ValidationRules::MaxLength(max))) => {
+                write!(f, "{field} is longer than {max} characters")
+            }
+            (ErrorType::TooManyItems, Some(ValidationRules::MaxItems(max))) => {
+                write!(f, "{field} holds more than {max} items")
+            }
+            (ErrorType::TooDeeplyNested, Some(ValidationRules::MaxDepth(max))) => {
+                write!(f, "{field} is nested deeper than {max} levels")
+            }
+            (ErrorType::UnknownField, _) => {
+                write!(f, "{field} is not a known field")
+            }
+            (ErrorType::DuplicateField, _) => write!(f, "{field} appears more than once"),
+            (error_type, _) => write!(f, "{field} is invalid ({})", error_type.as_str()),
+        }
+    }
+}
+
+impl FieldError {
+    /// The message of an error about the body or a whole event of a batch.
+    fn fmt_whole(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = if self.path.is_root() {
+            "the body"
+        } else {
+            "the event"
+        };
+        match (self.error_type, self.bad_body, self.rules) {
+            (_, Some(BadBody::Syntax { line, column }), _) => write!(
+                f,
+                "the body is not valid JSON (line {line}, column {column})"
+            ),
+            (_, Some(BadBody::ExpectedObject), _) => f.write_str("the body must be a JSON object"),
+            (_, Some(BadBody::ExpectedArray), _) => {
+                f.write_str("the body must be a JSON array of events")
+            }
+            (ErrorType::BodyTooLarge, _, Some(ValidationRules::MaxBytes(max))) => {
+                write!(f, "the body is larger than {max} bytes")
+            }
+            (ErrorType::CannotBeEmpty, _, _) => {
+                f.write_str("the batch must hold at least one event")
+            }
+            (ErrorType::TooManyItems, _, Some(ValidationRules::MaxItems(max))) => {
+                write!(f, "the batch holds more than {max} events")
+            }
+            (ErrorType::InvalidDataType, _, Some(ValidationRules::DataType(t))) => {
+                write!(f, "{what} must be {} {}", t.article(), t.as_str())
+            }
+            (error_type, _, _) => write!(f, "{what} is invalid ({})", error_type.as_str()),
+        }
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+/// Every problem found in a conversion event (or a batch): never empty.
+///
+/// Answer it with [`ValidationErrors::status`] and [`ValidationErrors::to_body`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the conversion event is invalid: {}", summary(.errors))]
+pub struct ValidationErrors {
+    errors: Vec<FieldError>,
+}
+
+fn summary(errors: &[FieldError]) -> String {
+    match errors {
+        [] => "no error recorded".to_owned(),
+        [only] => only.to_string(),
+        [first, rest @ ..] => format!("{first} (and {} more)", rest.len()),
+    }
+}
+
+impl ValidationErrors {
+    /// Wraps a non-empty list of errors; the validator never builds an empty one.
+    pub(crate) fn new(errors: Vec<FieldError>) -> Self {
+        debug_assert!(!errors.is_empty(), "validation errors must not be empty");
+        ValidationErrors { errors }
+    }
+
+    pub(crate) fn single(error: FieldError) -> Self {
+        ValidationErrors::new(vec![error])
+    }
+
+    /// The errors, in the order they were found (document order, with the
+    /// checks that need a whole object, such as missing fields, at its end).
+    pub fn errors(&self) -> &[FieldError] {
+        &self.errors
+    }
+
+    /// Consumes the list, giving the errors.
+    pub fn into_errors(self) -> Vec<FieldError> {
+        self.errors
+    }
+
+    /// The HTTP status to answer with: 413 when the body was too large, else 400.
+    pub fn status(&self) -> u16 {
+        self.errors
+            .iter()
+            .map(|error| error.error_type.http_status())
+            .max()
+            .unwrap_or(400)
+    }
+
+    /// The response body:
+    /// `{"errors": [{"error_type", "error_message", "path", "validation_rules"?}, ...]}`,
+    /// `validation_rules` being left out when the error has none.
+    pub fn to_body(&self) -> Value {
+        json!({ "errors": self.errors.iter().map(FieldError::to_json).collect::<Vec<_>>() })
+    }
+}
+
+impl<'e> IntoIterator for &'e ValidationErrors {
+    type Item = &'e FieldError;
+    type IntoIter = std::slice::Iter<'e, FieldError>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.errors.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(field: &'static str) -> JsonPath<'static> {
+        JsonPath::root().name("payload").name(field)
+    }
+
+    #[test]
+    fn wire_names_are_screaming_snake_case() {
+        assert_eq!(ErrorType::InvalidOption.as_str(), "INVALID_OPTION");
+        assert_eq!(
+            ErrorType::ValuesMustBeLowercase.to_string(),
+            "VALUES_MUST_BE_LOWERCASE"
+        );
+    }
+
+    #[test]
+    fn body_too_large_alone_answers_413() {
+        let errors = ValidationErrors::single(FieldError::new(
+            ErrorType::BodyTooLarge,
+            JsonPath::root(),
+            Some(ValidationRules::MaxBytes(10)),
+        ));
+        assert_eq!(errors.status(), 413);
+        assert_eq!(
+            errors.errors()[0].to_string(),
+            "the body is larger than 10 bytes"
+        );
+    }
+
+    #[test]
+    fn rules_are_left_out_of_the_body_when_absent() {
+        let error = FieldError::new(ErrorType::CannotBeNull, payload("email"), None);
+        assert_eq!(
+            error.to_json(),
+            json!({
+                "error_type": "CANNOT_BE_NULL",
+                "error_message": "email is required and cannot be null",
+                "path": "$.payload.email",
+            })
+        );
+    }
+
+    #[test]
+    fn messages_start_lowercase_and_name_the_field() {
+        let error = FieldError::new(
+            ErrorType::InvalidDataType,
+            JsonPath::root().name("payload").name("tags").index(2),
+            Some(ValidationRules::DataType(DataType::String)),
+        );
+        assert_eq!(error.to_string(), "tags[2] must be a string");
+        let bad = FieldError::bad_body(BadBody::Syntax { line: 1, column: 7 });
+        assert_eq!(
+            bad.to_string(),
+            "the body is not valid JSON (line 1, column 7)"
+        );
+    }
+
+    #[test]
+    fn display_of_the_list_summarises() {
+        let errors = ValidationErrors::new(vec![
+            FieldError::new(ErrorType::CannotBeNull, payload("email"), None),
+            FieldError::new(ErrorType::CannotBeBlank, payload("name"), None),
+        ]);
+        assert_eq!(
+            errors.to_string(),
+            "the conversion event is invalid: email is required and cannot be null (and 1 more)"
+        );
+    }
+}

@@ -1,0 +1,359 @@
+//! Conversion-event intake: API-key authentication (spec endpoint 5), the
+//! bearer routes, batches, and idempotent retries.
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::request::{MediaType, Params, media_type};
+use crate::{
+    Account, ApiKey, BearerError, ConversionEvent, EventSubmission, Gateway, HttpAnswer,
+    IdempotencyClaim, IntakeChannel, RecordOutcome, RecordedEvent, RequestParts, StoreError,
+    ValidationErrors, random_uuid, validate_batch, validate_conversion,
+};
+
+/// The longest `Idempotency-Key` accepted, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// Why an event was not accepted.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IntakeError {
+    /// The `api_key` is missing, unknown, or switched off. The key itself is
+    /// never echoed.
+    #[error("a valid api_key is required")]
+    InvalidApiKey,
+    /// The bearer token did not authenticate.
+    #[error(transparent)]
+    Bearer(#[from] BearerError),
+    /// The body is not `application/json`.
+    #[error("the content type must be application/json")]
+    UnsupportedMediaType,
+    /// The query string could not be read.
+    #[error("the query string is malformed")]
+    MalformedQuery,
+    /// The event (or batch) failed validation: every error found.
+    #[error(transparent)]
+    Invalid(#[from] ValidationErrors),
+    /// The `Idempotency-Key` is empty, too long, or not visible ASCII.
+    #[error("the Idempotency-Key must be 1 to 255 visible ASCII characters")]
+    InvalidIdempotencyKey,
+    /// The `Idempotency-Key` was used before with a different request.
+    #[error("this Idempotency-Key was already used with a different request")]
+    IdempotencyKeyReused,
+    /// The store failed: nothing was recorded, and the client may retry.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl IntakeError {
+    /// The HTTP answer. Exhaustive.
+    pub fn to_answer(&self, realm: &str) -> HttpAnswer {
+        let message = self.to_string();
+        match self {
+            IntakeError::InvalidApiKey => HttpAnswer::error(401, "UNAUTHORIZED", &message),
+            IntakeError::Bearer(error) => error.to_answer(realm),
+            IntakeError::UnsupportedMediaType => {
+                HttpAnswer::error(415, "UNSUPPORTED_MEDIA_TYPE", &message)
+            }
+            IntakeError::MalformedQuery => HttpAnswer::error(400, "BAD_REQUEST", &message),
+            IntakeError::Invalid(errors) => HttpAnswer::json(errors.status(), errors.to_body()),
+            IntakeError::InvalidIdempotencyKey => {
+                HttpAnswer::error(400, "INVALID_IDEMPOTENCY_KEY", &message)
+            }
+            // draft-ietf-httpapi-idempotency-key-header section 2.7: 422.
+            IntakeError::IdempotencyKeyReused => {
+                HttpAnswer::error(422, "IDEMPOTENCY_KEY_REUSED", &message)
+            }
+            IntakeError::Store(error) => error.to_answer(),
+        }
+    }
+}
+
+/// What intake recorded (or found already recorded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntakeReceipt {
+    /// The `event_uuid` of each event, in request order.
+    pub event_uuids: Vec<Uuid>,
+    /// The batch's identifier, for the batch route.
+    pub batch_uuid: Option<Uuid>,
+    /// Whether this was a retry answered from the first request's record
+    /// (nothing new was recorded).
+    pub replayed: bool,
+    /// The paths of attributes that were accepted and dropped (neither
+    /// standard nor custom fields), for the host to report to the account.
+    pub dropped_attributes: Vec<String>,
+}
+
+impl IntakeReceipt {
+    /// `200 {"event_uuid": ...}` for a single event, or the batch answer
+    /// `{"event_batch_uuid": ..., "events": [{"event_uuid": ...}, ...]}`.
+    /// A replay carries `Idempotent-Replayed: true`.
+    pub fn to_answer(&self) -> HttpAnswer {
+        let body = match self.batch_uuid {
+            Some(batch) => json!({
+                "event_batch_uuid": batch,
+                "events": self.event_uuids.iter().map(|id| json!({ "event_uuid": id })).collect::<Vec<Value>>(),
+            }),
+            None => json!({ "event_uuid": self.event_uuids.first() }),
+        };
+        let answer = HttpAnswer::json(200, body);
+        if self.replayed {
+            answer.with_header("idempotent-replayed", "true")
+        } else {
+            answer
+        }
+    }
+}
+
+/// Which route an event came by; part of the idempotency fingerprint, so
+/// that one key cannot be replayed across routes.
+#[derive(Clone, Copy)]
+enum Route {
+    Conversion,
+    Event,
+    Batch,
+}
+
+impl Route {
+    fn tag(self) -> &'static [u8] {
+        match self {
+            Route::Conversion => b"conversions\0",
+            Route::Event => b"events\0",
+            Route::Batch => b"events/batch\0",
+        }
+    }
+}
+
+impl Gateway {
+    /// `POST /platform/conversions?api_key=KEY`: the whole route, answer
+    /// included.
+    pub async fn record_conversion(&self, request: &RequestParts<'_>) -> HttpAnswer {
+        self.answer(self.conversion_receipt(request).await)
+    }
+
+    /// `POST /platform/events` with `Authorization: Bearer`: the whole route.
+    pub async fn record_event(&self, request: &RequestParts<'_>) -> HttpAnswer {
+        self.answer(self.event_receipt(request).await)
+    }
+
+    /// `POST /platform/events/batch` with `Authorization: Bearer`: the
+    /// whole route. The batch is validated whole and recorded all or nothing.
+    pub async fn record_event_batch(&self, request: &RequestParts<'_>) -> HttpAnswer {
+        self.answer(self.batch_receipt(request).await)
+    }
+
+    fn answer(&self, result: Result<IntakeReceipt, IntakeError>) -> HttpAnswer {
+        match result {
+            Ok(receipt) => receipt.to_answer(),
+            Err(error) => error.to_answer(&self.config.realm()),
+        }
+    }
+
+    /// The account an API key belongs to, if the key is known and switched
+    /// on. The key is compared by its keyed hash, never stored or logged.
+    ///
+    /// # Errors
+    /// [`IntakeError::InvalidApiKey`], or the store's error.
+    pub async fn authenticate_api_key(&self, key: &str) -> Result<Account, IntakeError> {
+        let hash = ApiKey::new(key).hash(&self.hasher);
+        let record = self.stores.api_keys.find_api_key(&hash).await?;
+        let Some(record) = record.filter(|record| record.active) else {
+            return Err(IntakeError::InvalidApiKey);
+        };
+        self.stores
+            .accounts
+            .find_account(record.account_id)
+            .await?
+            .ok_or(IntakeError::InvalidApiKey)
+    }
+
+    /// `POST /platform/conversions?api_key=KEY`, typed.
+    ///
+    /// # Errors
+    /// [`IntakeError`], answered with [`IntakeError::to_answer`].
+    pub async fn conversion_receipt(
+        &self,
+        request: &RequestParts<'_>,
+    ) -> Result<IntakeReceipt, IntakeError> {
+        let query =
+            Params::from_form(request.query.as_bytes()).map_err(|_| IntakeError::MalformedQuery)?;
+        let key = query.get("api_key").ok_or(IntakeError::InvalidApiKey)?;
+        let account = self.authenticate_api_key(key).await?;
+        self.intake(request, &account, IntakeChannel::ApiKey, Route::Conversion)
+            .await
+    }
+
+    /// `POST /platform/events`, typed.
+    ///
+    /// # Errors
+    /// [`IntakeError`], answered with [`IntakeError::to_answer`].
+    pub async fn event_receipt(
+        &self,
+        request: &RequestParts<'_>,
+    ) -> Result<IntakeReceipt, IntakeError> {
+        let (account, channel) = self.bearer_account(request).await?;
+        self.intake(request, &account, channel, Route::Event).await
+    }
+
+    /// `POST /platform/events/batch`, typed.
+    ///
+    /// # Errors
+    /// [`IntakeError`], answered with [`IntakeError::to_answer`].
+    pub async fn batch_receipt(
+        &self,
+        request: &RequestParts<'_>,
+    ) -> Result<IntakeReceipt, IntakeError> {
+        let (account, channel) = self.bearer_account(request).await?;
+        self.intake(request, &account, channel, Route::Batch).await
+    }
+
+    async fn bearer_account(
+        &self,
+        request: &RequestParts<'_>,
+    ) -> Result<(Account, IntakeChannel), IntakeError> {
+        let caller = self.authenticate_bearer(request.authorization).await?;
+        let account = self
+            .stores
+            .accounts
+            .find_account(caller.account_id)
+            .await?
+            .ok_or(BearerError::Invalid)?;
+        Ok((
+            account,
+            IntakeChannel::Bearer {
+                client_id: caller.client_id,
+            },
+        ))
+    }
+
+    async fn intake(
+        &self,
+        request: &RequestParts<'_>,
+        account: &Account,
+        channel: IntakeChannel,
+        route: Route,
+    ) -> Result<IntakeReceipt, IntakeError> {
+        if request.content_type.and_then(media_type) != Some(MediaType::Json) {
+            return Err(IntakeError::UnsupportedMediaType);
+        }
+        let idempotency_key = match request.idempotency_key {
+            None => None,
+            Some(key) if is_valid_idempotency_key(key) => Some(key),
+            Some(_) => return Err(IntakeError::InvalidIdempotencyKey),
+        };
+        let custom_fields: Vec<&str> = account.custom_fields.iter().map(String::as_str).collect();
+        let limits = &self.config.conversion_limits;
+        let events = match route {
+            Route::Batch => validate_batch(request.body, &custom_fields, limits)?,
+            Route::Conversion | Route::Event => {
+                vec![validate_conversion(request.body, &custom_fields, limits)?]
+            }
+        };
+        let now = self.clock.now();
+        let dropped_attributes = events
+            .iter()
+            .flat_map(|event| event.unknown_attributes().map(|path| path.to_string()))
+            .collect();
+        let recorded: Vec<RecordedEvent> = events
+            .iter()
+            .map(|event| self.recorded_event(event, account, &channel, now))
+            .collect();
+        let batch_uuid = matches!(route, Route::Batch).then(|| random_uuid(&*self.random));
+        let idempotency = idempotency_key.map(|key| IdempotencyClaim {
+            account_id: account.id,
+            key: key.to_owned(),
+            fingerprint: fingerprint(route, request.body),
+            created_at: now,
+            expires_at: now + self.config.idempotency_retention,
+        });
+        let submission = EventSubmission {
+            events: recorded,
+            batch_uuid,
+            idempotency,
+        };
+        match self.stores.events.record(&submission).await? {
+            RecordOutcome::Recorded => Ok(IntakeReceipt {
+                event_uuids: submission.events.iter().map(|e| e.event_uuid).collect(),
+                batch_uuid,
+                replayed: false,
+                dropped_attributes,
+            }),
+            RecordOutcome::Replayed {
+                event_uuids,
+                batch_uuid,
+            } => Ok(IntakeReceipt {
+                event_uuids,
+                batch_uuid,
+                replayed: true,
+                dropped_attributes,
+            }),
+            RecordOutcome::KeyReused => Err(IntakeError::IdempotencyKeyReused),
+        }
+    }
+
+    fn recorded_event(
+        &self,
+        event: &ConversionEvent<'_>,
+        account: &Account,
+        channel: &IntakeChannel,
+        now: time::OffsetDateTime,
+    ) -> RecordedEvent {
+        RecordedEvent {
+            event_uuid: random_uuid(&*self.random),
+            account_id: account.id,
+            received_at: now,
+            event_type: event.event_type().to_owned(),
+            event_family: event.event_family().to_owned(),
+            conversion_identifier: event.conversion_identifier().to_owned(),
+            email: event.email().to_owned(),
+            payload: event.to_payload_json(),
+            channel: channel.clone(),
+        }
+    }
+}
+
+/// RFC 9110 field values allow more, but a key is an opaque token chosen by
+/// the client: visible ASCII keeps it safe to store and to show.
+fn is_valid_idempotency_key(key: &str) -> bool {
+    (1..=MAX_IDEMPOTENCY_KEY_LEN).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// What makes two requests "the same" for an idempotency key: the route and
+/// the exact body bytes.
+fn fingerprint(route: Route, body: &[u8]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(route.tag());
+    hasher.update(body);
+    hasher.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_keys_are_bounded_visible_ascii() {
+        assert!(is_valid_idempotency_key("retry-7f3a"));
+        assert!(!is_valid_idempotency_key(""));
+        assert!(!is_valid_idempotency_key("has space"));
+        assert!(!is_valid_idempotency_key(&"k".repeat(256)));
+        assert!(is_valid_idempotency_key(&"k".repeat(255)));
+    }
+
+    #[test]
+    fn fingerprints_separate_routes_and_bodies() {
+        assert_eq!(
+            fingerprint(Route::Event, b"{}"),
+            fingerprint(Route::Event, b"{}")
+        );
+        assert_ne!(
+            fingerprint(Route::Event, b"{}"),
+            fingerprint(Route::Conversion, b"{}")
+        );
+        assert_ne!(
+            fingerprint(Route::Event, b"{}"),
+            fingerprint(Route::Event, b"{ }")
+        );
+    }
+}

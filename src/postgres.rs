@@ -1,0 +1,1059 @@
+//! Every storage trait on PostgreSQL, for hosts that run many stateless
+//! server instances against one database (feature `postgres`).
+//!
+//! Atomicity holds in the database, not in the process, so it holds across
+//! connections, pools and server instances:
+//!
+//! - taking a code is one conditional `UPDATE ... WHERE NOT taken
+//!   RETURNING ...`: concurrent updaters queue on the row lock and re-check
+//!   the condition, so one wins;
+//! - rotating a refresh token is one statement whose `UPDATE ... WHERE
+//!   rotated_at IS NULL` feeds the `INSERT` of the successor;
+//! - revoking a grant is one `UPDATE` (tokens read `revoked` from their
+//!   grant);
+//! - the per-account API-key limit is counted and enforced in a transaction
+//!   holding an advisory lock on the account;
+//! - an idempotency key is claimed with `INSERT ... ON CONFLICT DO UPDATE
+//!   ... WHERE expired`, in the same transaction as the events.
+//!
+//! Recording events is durable before it is acknowledged: by default
+//! concurrent `record` calls are grouped into shared transactions (group
+//! commit, see [`PgStoreOptions::group_commit`]) so that 32 writers do not
+//! wait for 32 disk flushes.
+//!
+//! Schema migrations ship with the crate and run on start, serialised by an
+//! advisory lock so that instances starting together apply each one once.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection as _, Executor as _, Postgres, Row};
+use time::OffsetDateTime;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::sql::{
+    GroupQueue, Job, Migration, RECORD, answer, backend, channel_from_json, channel_to_json,
+    fingerprint_from_column, hash_from_column, insert_failed, malformed,
+};
+use crate::{
+    AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
+    Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink, EventSubmission, Grant,
+    GrantId, PkceChallenge, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord,
+    Rotation, SecretHash, StoreError, TokenStore,
+};
+
+/// The schema, in order. Never edit a shipped migration: add the next one.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sql: include_str!("../migrations/postgres/0001_initial.sql"),
+}];
+
+/// The advisory lock that serialises migrations ("cg-migra" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6367_2d6d_6967_7261;
+
+/// The advisory-lock class under which an account's API keys are counted
+/// ("cgak" in ASCII); the account is the second key.
+const API_KEY_LOCK_CLASS: i32 = 0x6367_616b;
+
+/// How a [`PgStore`] connects and records events.
+#[derive(Clone, Debug)]
+pub struct PgStoreOptions {
+    /// Whether concurrent [`EventSink::record`] calls share transactions
+    /// (group commit): a background task takes whatever calls have queued
+    /// and stores them in one transaction, and answers each only after that
+    /// COMMIT. Submissions without an idempotency key go in as one
+    /// statement; if it fails, they are retried one by one, each in a
+    /// savepoint of its own like every submission with a key, so one
+    /// failing submission does not fail the others. Under many concurrent
+    /// writers this replaces one disk flush per event by one per group.
+    /// With `false`, each call is one transaction of its own. Default:
+    /// `true`.
+    pub group_commit: bool,
+    /// The most submissions one group transaction takes. Default: 256.
+    pub max_group_size: usize,
+    /// The size of the pool [`PgStore::connect_with`] opens (not used by
+    /// [`PgStore::from_pool_with`], whose pool is already made). Default: 16.
+    pub max_connections: u32,
+    /// How long a call waits for a connection, a new one's handshake
+    /// included, before failing with [`StoreError::Backend`]; it is what
+    /// makes a dead database fail fast. Not used by
+    /// [`PgStore::from_pool_with`]. Default: 5 seconds.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PgStoreOptions {
+    fn default() -> Self {
+        Self {
+            group_commit: true,
+            max_group_size: 256,
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Every storage trait on one PostgreSQL database.
+///
+/// Cloning is cheap and shares the pool (and the group-commit writer).
+/// The tables live in the first schema of the connections' `search_path`:
+/// a host sharing a database with other software gives the store a schema
+/// of its own (`PgConnectOptions::options([("search_path", "gateway")])`).
+///
+/// Instants are kept as `TIMESTAMPTZ`: anything finer than a microsecond
+/// is truncated.
+///
+/// The crate turns on no TLS backend of sqlx. A host whose database
+/// requires TLS adds, in its own manifest, `sqlx = { version = "0.8",
+/// features = ["tls-rustls-ring-webpki"] }` (Cargo unifies the features)
+/// and `?sslmode=require` to the address.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    /// The queue to the group-commit writer, when it is on.
+    group: Option<GroupQueue>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the pool's own Debug: its connect options hold the password.
+        f.debug_struct("PgStore")
+            .field("connections", &self.pool.size())
+            .field("group_commit", &self.group.is_some())
+            .finish()
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`)
+    /// with the default [`PgStoreOptions`], and brings its schema up to date.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the address does not parse, the database
+    /// cannot be reached within the acquire timeout, or the migrations fail.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, PgStoreOptions::default()).await
+    }
+
+    /// Connects to the database at `url` with `options`, and brings its
+    /// schema up to date.
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`].
+    pub async fn connect_with(url: &str, options: PgStoreOptions) -> Result<Self, StoreError> {
+        let connect: PgConnectOptions = url
+            .parse()
+            .map_err(backend("parse the PostgreSQL address"))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(backend("connect to PostgreSQL"))?;
+        Self::from_pool_with(pool, options).await
+    }
+
+    /// A store on a pool the host made (its size, timeouts and
+    /// `search_path` are kept), with the default [`PgStoreOptions`]; brings
+    /// the schema up to date.
+    ///
+    /// Give the pool an acquire timeout of a few seconds, so that a dead
+    /// database fails fast. Must be called inside a tokio runtime (the
+    /// group-commit writer is a task on it).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the migrations fail.
+    pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
+        Self::from_pool_with(pool, PgStoreOptions::default()).await
+    }
+
+    /// As [`PgStore::from_pool`], with `options` (of which only
+    /// `group_commit` and `max_group_size` apply).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the migrations fail.
+    pub async fn from_pool_with(pool: PgPool, options: PgStoreOptions) -> Result<Self, StoreError> {
+        migrate(&pool).await?;
+        let group = options.group_commit.then(|| {
+            let max = options.max_group_size.max(1);
+            let (queue, jobs) = GroupQueue::new(max.saturating_mul(4));
+            // The writer ends when the last clone of the store (the last
+            // sender) is dropped, after answering what was queued.
+            tokio::spawn(group_writer(pool.clone(), jobs, max));
+            queue
+        });
+        Ok(Self { pool, group })
+    }
+
+    /// The pool, for the host's own health checks.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Closes every connection, waiting for the ones in use to come back.
+    /// Calls made afterwards, through any clone, fail with
+    /// [`StoreError::Backend`].
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Applies the migrations this database has not seen, in one transaction.
+async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+    const ACTION: &str = "migrate the PostgreSQL schema";
+    let mut tx = pool.begin().await.map_err(backend(ACTION))?;
+    // Instances starting together queue here; each sees the versions the
+    // ones before it applied.
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+             version     BIGINT      PRIMARY KEY,
+             applied_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+         )",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(backend(ACTION))?;
+    let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+    for migration in MIGRATIONS.iter().filter(|m| m.version > current) {
+        // A plain string runs as a simple query, which may hold several
+        // statements. (`sqlx::raw_sql` would too, but its future defeats
+        // rustc's `Send` inference at a caller's `tokio::spawn`.)
+        (&mut *tx)
+            .execute(migration.sql)
+            .await
+            .map_err(backend(ACTION))?;
+        sqlx::query("INSERT INTO schema_version (version) VALUES ($1)")
+            .bind(migration.version)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+    }
+    tx.commit().await.map_err(backend(ACTION))
+}
+
+/// Reads the columns of one row into record fields, naming `action` in any
+/// failure.
+struct Columns<'r> {
+    row: &'r PgRow,
+    action: &'static str,
+}
+
+impl<'r> Columns<'r> {
+    fn new(row: &'r PgRow, action: &'static str) -> Self {
+        Self { row, action }
+    }
+
+    fn get<T>(&self, column: &'static str) -> Result<T, StoreError>
+    where
+        T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
+    {
+        self.row.try_get(column).map_err(backend(self.action))
+    }
+
+    fn hash(&self, column: &'static str) -> Result<SecretHash, StoreError> {
+        hash_from_column(self.get(column)?, self.action, column)
+    }
+
+    fn refresh_state(&self) -> Result<RefreshState, StoreError> {
+        let at: Option<OffsetDateTime> = self.get("rotated_at")?;
+        let successor: Option<Vec<u8>> = self.get("successor")?;
+        Ok(match (at, successor) {
+            (Some(at), Some(successor)) => RefreshState::Rotated {
+                at,
+                successor: hash_from_column(successor, self.action, "successor")?,
+            },
+            // The table's CHECK keeps both set or both unset.
+            (None, None) => RefreshState::Active,
+            _ => return Err(malformed(self.action, "successor")),
+        })
+    }
+}
+
+fn grant_from_row(row: &PgRow) -> Result<Grant, StoreError> {
+    let c = Columns::new(row, "read a grant");
+    Ok(Grant {
+        id: GrantId(c.get("id")?),
+        client_id: ClientId::new(c.get::<String>("client_id")?),
+        account_id: AccountId(c.get("account_id")?),
+        created_at: c.get("created_at")?,
+        revoked_at: c.get("revoked_at")?,
+    })
+}
+
+fn code_from_row(row: &PgRow, hash: SecretHash) -> Result<CodeRecord, StoreError> {
+    let c = Columns::new(row, "take an authorization code");
+    Ok(CodeRecord {
+        hash,
+        grant_id: GrantId(c.get("grant_id")?),
+        client_id: ClientId::new(c.get::<String>("client_id")?),
+        account_id: AccountId(c.get("account_id")?),
+        redirect_uri: c.get("redirect_uri")?,
+        pkce: c
+            .get::<Option<String>>("pkce_challenge")?
+            .map(|challenge| PkceChallenge { challenge }),
+        issued_at: c.get("issued_at")?,
+        expires_at: c.get("expires_at")?,
+    })
+}
+
+fn access_from_row(row: &PgRow, hash: SecretHash) -> Result<AccessTokenRecord, StoreError> {
+    let c = Columns::new(row, "read an access token");
+    Ok(AccessTokenRecord {
+        hash,
+        grant_id: GrantId(c.get("grant_id")?),
+        client_id: ClientId::new(c.get::<String>("client_id")?),
+        account_id: AccountId(c.get("account_id")?),
+        issued_at: c.get("issued_at")?,
+        expires_at: c.get("expires_at")?,
+        revoked: c.get("revoked")?,
+    })
+}
+
+fn refresh_from_row(row: &PgRow, hash: SecretHash) -> Result<RefreshTokenRecord, StoreError> {
+    let c = Columns::new(row, "read a refresh token");
+    Ok(RefreshTokenRecord {
+        hash,
+        grant_id: GrantId(c.get("grant_id")?),
+        client_id: ClientId::new(c.get::<String>("client_id")?),
+        account_id: AccountId(c.get("account_id")?),
+        issued_at: c.get("issued_at")?,
+        expires_at: c.get("expires_at")?,
+        state: c.refresh_state()?,
+        revoked: c.get("revoked")?,
+    })
+}
+
+fn account_from_row(row: &PgRow) -> Result<Account, StoreError> {
+    let c = Columns::new(row, "read an account");
+    Ok(Account {
+        id: AccountId(c.get("id")?),
+        name: c.get("name")?,
+        email: c.get("email")?,
+        password_hash: c.get("password_hash")?,
+        custom_fields: c.get("custom_fields")?,
+    })
+}
+
+fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord, StoreError> {
+    let c = Columns::new(row, "read an api key");
+    Ok(ApiKeyRecord {
+        id: ApiKeyId(c.get("id")?),
+        account_id: AccountId(c.get("account_id")?),
+        hash: c.hash("hash")?,
+        label: c.get("label")?,
+        active: c.get("active")?,
+        created_at: c.get("created_at")?,
+    })
+}
+
+fn event_from_row(row: &PgRow) -> Result<RecordedEvent, StoreError> {
+    let c = Columns::new(row, "read an event");
+    Ok(RecordedEvent {
+        event_uuid: c.get("event_uuid")?,
+        account_id: AccountId(c.get("account_id")?),
+        received_at: c.get("received_at")?,
+        event_type: c.get("event_type")?,
+        event_family: c.get("event_family")?,
+        conversion_identifier: c.get("conversion_identifier")?,
+        email: c.get("email")?,
+        payload: c.get("payload")?,
+        channel: channel_from_json(c.get("channel")?, c.action)?,
+    })
+}
+
+#[async_trait]
+impl TokenStore for PgStore {
+    async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO grants (id, client_id, account_id, created_at, revoked_at)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(grant.id.0)
+        .bind(grant.client_id.as_str())
+        .bind(grant.account_id.0)
+        .bind(grant.created_at)
+        .bind(grant.revoked_at)
+        .execute(&self.pool)
+        .await
+        .map_err(insert_failed("grant", "insert a grant"))?;
+        Ok(())
+    }
+
+    async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError> {
+        sqlx::query(
+            "SELECT id, client_id, account_id, created_at, revoked_at FROM grants WHERE id = $1",
+        )
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend("read a grant"))?
+        .as_ref()
+        .map(grant_from_row)
+        .transpose()
+    }
+
+    async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
+        // One statement; COALESCE keeps the first revocation time.
+        let done =
+            sqlx::query("UPDATE grants SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2")
+                .bind(at)
+                .bind(id.0)
+                .execute(&self.pool)
+                .await
+                .map_err(backend("revoke a grant"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO authorization_codes
+                 (hash, grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                  issued_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(code.hash.as_bytes().as_slice())
+        .bind(code.grant_id.0)
+        .bind(code.client_id.as_str())
+        .bind(code.account_id.0)
+        .bind(&code.redirect_uri)
+        .bind(code.pkce.as_ref().map(|pkce| pkce.challenge.as_str()))
+        .bind(code.issued_at)
+        .bind(code.expires_at)
+        .execute(&self.pool)
+        .await
+        .map_err(insert_failed(
+            "authorization code",
+            "insert an authorization code",
+        ))?;
+        Ok(())
+    }
+
+    async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError> {
+        const ACTION: &str = "take an authorization code";
+        // One conditional statement. A concurrent caller, on any connection
+        // or server, waits for the row lock, then re-checks `NOT taken` on
+        // the committed row and matches nothing.
+        let taken = sqlx::query(
+            "UPDATE authorization_codes SET taken = TRUE
+             WHERE hash = $1 AND NOT taken
+             RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                       issued_at, expires_at",
+        )
+        .bind(hash.as_bytes().as_slice())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend(ACTION))?;
+        if let Some(row) = taken {
+            return Ok(CodeTake::Taken(code_from_row(&row, *hash)?));
+        }
+        // Codes are never deleted and never untaken, so a row found now is
+        // a tombstone.
+        let tombstone =
+            sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = $1")
+                .bind(hash.as_bytes().as_slice())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend(ACTION))?;
+        Ok(match tombstone {
+            None => CodeTake::NotFound,
+            Some(row) => {
+                let c = Columns::new(&row, ACTION);
+                CodeTake::AlreadyTaken {
+                    grant_id: GrantId(c.get("grant_id")?),
+                    client_id: ClientId::new(c.get::<String>("client_id")?),
+                }
+            }
+        })
+    }
+
+    async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO access_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(token.hash.as_bytes().as_slice())
+        .bind(token.grant_id.0)
+        .bind(token.client_id.as_str())
+        .bind(token.account_id.0)
+        .bind(token.issued_at)
+        .bind(token.expires_at)
+        .execute(&self.pool)
+        .await
+        .map_err(insert_failed("access token", "insert an access token"))?;
+        Ok(())
+    }
+
+    async fn find_access_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<AccessTokenRecord>, StoreError> {
+        // `revoked` comes from the grant, so revoking the grant revokes every
+        // token at once, those inserted later included. A token whose grant
+        // is unknown cannot be traced to a live authorization: revoked.
+        sqlx::query(
+            "SELECT a.grant_id, a.client_id, a.account_id, a.issued_at, a.expires_at,
+                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+             FROM access_tokens a LEFT JOIN grants g ON g.id = a.grant_id
+             WHERE a.hash = $1",
+        )
+        .bind(hash.as_bytes().as_slice())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend("read an access token"))?
+        .map(|row| access_from_row(&row, *hash))
+        .transpose()
+    }
+
+    async fn insert_refresh_token(&self, token: &RefreshTokenRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO refresh_tokens
+                 (hash, grant_id, client_id, account_id, issued_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(token.hash.as_bytes().as_slice())
+        .bind(token.grant_id.0)
+        .bind(token.client_id.as_str())
+        .bind(token.account_id.0)
+        .bind(token.issued_at)
+        .bind(token.expires_at)
+        .execute(&self.pool)
+        .await
+        .map_err(insert_failed("refresh token", "insert a refresh token"))?;
+        Ok(())
+    }
+
+    async fn find_refresh_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<RefreshTokenRecord>, StoreError> {
+        sqlx::query(
+            "SELECT r.grant_id, r.client_id, r.account_id, r.issued_at, r.expires_at,
+                    r.rotated_at, r.successor,
+                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+             FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
+             WHERE r.hash = $1",
+        )
+        .bind(hash.as_bytes().as_slice())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend("read a refresh token"))?
+        .map(|row| refresh_from_row(&row, *hash))
+        .transpose()
+    }
+
+    async fn rotate_refresh_token(
+        &self,
+        old: &SecretHash,
+        successor: &RefreshTokenRecord,
+        at: OffsetDateTime,
+    ) -> Result<Rotation, StoreError> {
+        const ACTION: &str = "rotate a refresh token";
+        // A token that is inserted while we look can make the conditional
+        // statement match nothing and the look-up then find it active; the
+        // statement is simply tried again.
+        for _ in 0..3 {
+            // One statement: the successor is inserted only from the row the
+            // UPDATE marked, and the UPDATE marks only an active token of a
+            // live grant. Concurrent callers queue on the row lock and
+            // re-check `rotated_at IS NULL` on the committed row: one wins.
+            let rotated = sqlx::query(
+                "WITH rotated AS (
+                     UPDATE refresh_tokens r SET rotated_at = $2, successor = $3
+                     WHERE r.hash = $1 AND r.rotated_at IS NULL
+                       AND EXISTS (SELECT 1 FROM grants g
+                                   WHERE g.id = r.grant_id AND g.revoked_at IS NULL)
+                     RETURNING r.hash
+                 )
+                 INSERT INTO refresh_tokens
+                     (hash, grant_id, client_id, account_id, issued_at, expires_at)
+                 SELECT $3, $4, $5, $6, $7, $8 FROM rotated",
+            )
+            .bind(old.as_bytes().as_slice())
+            .bind(at)
+            .bind(successor.hash.as_bytes().as_slice())
+            .bind(successor.grant_id.0)
+            .bind(successor.client_id.as_str())
+            .bind(successor.account_id.0)
+            .bind(successor.issued_at)
+            .bind(successor.expires_at)
+            .execute(&self.pool)
+            .await
+            .map_err(insert_failed("refresh token", ACTION))?;
+            if rotated.rows_affected() == 1 {
+                return Ok(Rotation::Rotated);
+            }
+            let current = sqlx::query(
+                "SELECT r.rotated_at, r.successor,
+                        (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+                 FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
+                 WHERE r.hash = $1",
+            )
+            .bind(old.as_bytes().as_slice())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend(ACTION))?;
+            let Some(row) = current else {
+                return Ok(Rotation::NotFound);
+            };
+            let c = Columns::new(&row, ACTION);
+            if c.get::<bool>("revoked")? {
+                return Ok(Rotation::Revoked);
+            }
+            if let RefreshState::Rotated { at, successor } = c.refresh_state()? {
+                return Ok(Rotation::AlreadyRotated { at, successor });
+            }
+        }
+        Err(StoreError::backend(ACTION, RotationContended))
+    }
+}
+
+#[async_trait]
+impl ClientRegistry for PgStore {
+    async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO clients (id, name, secret_hash, redirect_uris, require_pkce)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(client.id.as_str())
+        .bind(&client.name)
+        .bind(client.secret_hash.as_bytes().as_slice())
+        .bind(&client.redirect_uris)
+        .bind(client.require_pkce)
+        .execute(&self.pool)
+        .await
+        .map_err(insert_failed("client", "register a client"))?;
+        Ok(())
+    }
+
+    async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, name, secret_hash, redirect_uris, require_pkce FROM clients WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend("read a client"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let c = Columns::new(&row, "read a client");
+        Ok(Some(Client {
+            id: ClientId::new(c.get::<String>("id")?),
+            name: c.get("name")?,
+            secret_hash: c.hash("secret_hash")?,
+            redirect_uris: c.get("redirect_uris")?,
+            require_pkce: c.get("require_pkce")?,
+        }))
+    }
+}
+
+#[async_trait]
+impl AccountStore for PgStore {
+    async fn insert_account(&self, account: &Account) -> Result<(), StoreError> {
+        // The primary key and the UNIQUE e-mail both answer `Duplicate`.
+        sqlx::query(
+            "INSERT INTO accounts (id, name, email, password_hash, custom_fields)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(account.id.0)
+        .bind(&account.name)
+        .bind(&account.email)
+        .bind(account.password_hash.as_deref())
+        .bind(&account.custom_fields)
+        .execute(&self.pool)
+        .await
+        .map_err(insert_failed("account", "insert an account"))?;
+        Ok(())
+    }
+
+    async fn find_account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
+        sqlx::query(
+            "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE id = $1",
+        )
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend("read an account"))?
+        .as_ref()
+        .map(account_from_row)
+        .transpose()
+    }
+
+    async fn find_account_by_email(&self, email: &str) -> Result<Option<Account>, StoreError> {
+        sqlx::query(
+            "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE email = $1",
+        )
+        .bind(email)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend("read an account"))?
+        .as_ref()
+        .map(account_from_row)
+        .transpose()
+    }
+}
+
+/// The second key of an account's advisory lock: its uuid folded to 32
+/// bits. Two accounts that fold alike only queue behind each other.
+fn account_lock_key(account: AccountId) -> i32 {
+    let bytes = account.0.as_bytes();
+    let mut folded = [0u8; 4];
+    for (i, byte) in bytes.iter().enumerate() {
+        folded[i % 4] ^= byte;
+    }
+    i32::from_be_bytes(folded)
+}
+
+#[async_trait]
+impl ApiKeyStore for PgStore {
+    async fn insert_api_key(
+        &self,
+        key: &ApiKeyRecord,
+        max_per_account: usize,
+    ) -> Result<bool, StoreError> {
+        const ACTION: &str = "insert an api key";
+        let mut tx = self.pool.begin().await.map_err(backend(ACTION))?;
+        // Count and insert while holding the account's lock, released at
+        // COMMIT: a concurrent caller, on any server, counts after us.
+        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+            .bind(API_KEY_LOCK_CLASS)
+            .bind(account_lock_key(key.account_id))
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        let row = sqlx::query(
+            "SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = $1 OR hash = $2) AS duplicate,
+                    (SELECT count(*) FROM api_keys WHERE account_id = $3) AS held",
+        )
+        .bind(key.id.0)
+        .bind(key.hash.as_bytes().as_slice())
+        .bind(key.account_id.0)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        let c = Columns::new(&row, ACTION);
+        if c.get::<bool>("duplicate")? {
+            return Err(StoreError::Duplicate { what: "api key" });
+        }
+        let held: i64 = c.get("held")?;
+        if usize::try_from(held).unwrap_or(usize::MAX) >= max_per_account {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO api_keys (id, account_id, hash, label, active, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(key.id.0)
+        .bind(key.account_id.0)
+        .bind(key.hash.as_bytes().as_slice())
+        .bind(&key.label)
+        .bind(key.active)
+        .bind(key.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(insert_failed("api key", ACTION))?;
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(true)
+    }
+
+    async fn find_api_key(&self, hash: &SecretHash) -> Result<Option<ApiKeyRecord>, StoreError> {
+        sqlx::query(
+            "SELECT id, account_id, hash, label, active, created_at FROM api_keys WHERE hash = $1",
+        )
+        .bind(hash.as_bytes().as_slice())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend("read an api key"))?
+        .as_ref()
+        .map(api_key_from_row)
+        .transpose()
+    }
+
+    async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
+        let done = sqlx::query("UPDATE api_keys SET active = $1 WHERE id = $2")
+            .bind(active)
+            .bind(id.0)
+            .execute(&self.pool)
+            .await
+            .map_err(backend("switch an api key"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn list_api_keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        // seq breaks ties between keys created in the same microsecond:
+        // insertion order.
+        sqlx::query(
+            "SELECT id, account_id, hash, label, active, created_at FROM api_keys
+             WHERE account_id = $1 ORDER BY created_at, seq",
+        )
+        .bind(account.0)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend("list api keys"))?
+        .iter()
+        .map(api_key_from_row)
+        .collect()
+    }
+}
+
+/// Records one submission on `conn`, which is inside a transaction (or a
+/// savepoint) that the caller commits: the claim and the events stand or
+/// fall together.
+async fn record_in(
+    conn: &mut PgConnection,
+    submission: &EventSubmission,
+) -> Result<RecordOutcome, StoreError> {
+    if let Some(claim) = &submission.idempotency {
+        let event_uuids: Vec<Uuid> = submission.events.iter().map(|e| e.event_uuid).collect();
+        // Claim the key, or find who holds it. A concurrent claimant of the
+        // same key, on any connection, waits here for our COMMIT or
+        // ROLLBACK, then sees our claim. An expired claim is taken over.
+        let claimed = sqlx::query(
+            "INSERT INTO idempotency_claims AS c
+                 (account_id, key, fingerprint, created_at, expires_at, event_uuids, batch_uuid)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (account_id, key) DO UPDATE SET
+                 fingerprint = EXCLUDED.fingerprint,
+                 created_at = EXCLUDED.created_at,
+                 expires_at = EXCLUDED.expires_at,
+                 event_uuids = EXCLUDED.event_uuids,
+                 batch_uuid = EXCLUDED.batch_uuid
+             WHERE c.expires_at <= EXCLUDED.created_at
+             RETURNING 1 AS claimed",
+        )
+        .bind(claim.account_id.0)
+        .bind(&claim.key)
+        .bind(claim.fingerprint.as_slice())
+        .bind(claim.created_at)
+        .bind(claim.expires_at)
+        .bind(&event_uuids)
+        .bind(submission.batch_uuid)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(backend(RECORD))?;
+        if claimed.is_none() {
+            let row = sqlx::query(
+                "SELECT fingerprint, event_uuids, batch_uuid FROM idempotency_claims
+                 WHERE account_id = $1 AND key = $2",
+            )
+            .bind(claim.account_id.0)
+            .bind(&claim.key)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(backend(RECORD))?;
+            let c = Columns::new(&row, RECORD);
+            let fingerprint = fingerprint_from_column(c.get("fingerprint")?, RECORD)?;
+            return Ok(if fingerprint == claim.fingerprint {
+                RecordOutcome::Replayed {
+                    event_uuids: c.get("event_uuids")?,
+                    batch_uuid: c.get("batch_uuid")?,
+                }
+            } else {
+                RecordOutcome::KeyReused
+            });
+        }
+    }
+    insert_events(conn, &[submission]).await?;
+    Ok(RecordOutcome::Recorded)
+}
+
+/// Inserts the events of `submissions` (not their claims) as one statement:
+/// it stores every event or, on a duplicate uuid, none.
+async fn insert_events(
+    conn: &mut PgConnection,
+    submissions: &[&EventSubmission],
+) -> Result<(), StoreError> {
+    let count: usize = submissions.iter().map(|s| s.events.len()).sum();
+    if count == 0 {
+        return Ok(());
+    }
+    // Column by column, for UNNEST: one statement, one round trip, whatever
+    // the number of events.
+    let mut uuids = Vec::with_capacity(count);
+    let mut accounts = Vec::with_capacity(count);
+    let mut received = Vec::with_capacity(count);
+    let mut types = Vec::with_capacity(count);
+    let mut families = Vec::with_capacity(count);
+    let mut conversions = Vec::with_capacity(count);
+    let mut emails = Vec::with_capacity(count);
+    let mut payloads = Vec::with_capacity(count);
+    let mut channels = Vec::with_capacity(count);
+    let mut batches = Vec::with_capacity(count);
+    for submission in submissions {
+        for event in &submission.events {
+            uuids.push(event.event_uuid);
+            accounts.push(event.account_id.0);
+            received.push(event.received_at);
+            types.push(event.event_type.as_str());
+            families.push(event.event_family.as_str());
+            conversions.push(event.conversion_identifier.as_str());
+            emails.push(event.email.as_str());
+            payloads.push(&event.payload);
+            channels.push(channel_to_json(&event.channel)?);
+            batches.push(submission.batch_uuid);
+        }
+    }
+    sqlx::query(
+        "INSERT INTO events
+             (event_uuid, account_id, received_at, event_type, event_family,
+              conversion_identifier, email, payload, channel, batch_uuid)
+         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[],
+                              $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
+                              $10::uuid[])",
+    )
+    .bind(uuids)
+    .bind(accounts)
+    .bind(received)
+    .bind(types)
+    .bind(families)
+    .bind(conversions)
+    .bind(emails)
+    .bind(payloads)
+    .bind(channels)
+    .bind(batches)
+    .execute(&mut *conn)
+    .await
+    .map_err(insert_failed("event", RECORD))?;
+    Ok(())
+}
+
+/// Records one submission in a transaction of its own: one COMMIT per call.
+async fn record_alone(
+    pool: &PgPool,
+    submission: &EventSubmission,
+) -> Result<RecordOutcome, StoreError> {
+    if submission.idempotency.is_none() {
+        // Without a claim the events are one statement, atomic and durable
+        // at its own implicit COMMIT: no BEGIN round trip needed.
+        let mut conn = pool.acquire().await.map_err(backend(RECORD))?;
+        insert_events(&mut conn, &[submission]).await?;
+        return Ok(RecordOutcome::Recorded);
+    }
+    let mut tx = pool.begin().await.map_err(backend(RECORD))?;
+    let outcome = record_in(&mut tx, submission).await?;
+    // Only a committed submission is acknowledged.
+    tx.commit().await.map_err(backend(RECORD))?;
+    Ok(outcome)
+}
+
+/// The group-commit writer: takes whatever `record` calls have queued (up
+/// to `max`), records them in one transaction, and answers each after the
+/// COMMIT.
+async fn group_writer(pool: PgPool, mut queue: mpsc::Receiver<Job>, max: usize) {
+    let mut jobs = Vec::with_capacity(max);
+    while queue.recv_many(&mut jobs, max).await > 0 {
+        let outcomes = match jobs.as_slice() {
+            // Alone, a submission needs no savepoint.
+            [job] => vec![record_alone(&pool, &job.submission).await],
+            _ => record_group(&pool, &jobs)
+                .await
+                .unwrap_or_else(|error| vec![Err(error); jobs.len()]),
+        };
+        answer(&mut jobs, outcomes);
+    }
+}
+
+/// Records a group of jobs in one transaction. `Ok` holds each job's own
+/// outcome, all committed; `Err` means the transaction failed and nothing
+/// was recorded.
+async fn record_group(
+    pool: &PgPool,
+    jobs: &[Job],
+) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
+    let mut tx = pool.begin().await.map_err(backend(RECORD))?;
+
+    // The common case first: submissions without an idempotency key, all in
+    // one statement. Should it fail (one duplicate uuid fails it), it is
+    // rolled back and they go one by one below.
+    let plain: Vec<&EventSubmission> = jobs
+        .iter()
+        .map(|job| &job.submission)
+        .filter(|submission| submission.idempotency.is_none())
+        .collect();
+    let mut plain_recorded = false;
+    if plain.len() > 1 {
+        let mut savepoint = tx.begin().await.map_err(backend(RECORD))?;
+        plain_recorded = insert_events(&mut savepoint, &plain).await.is_ok();
+        if plain_recorded {
+            savepoint.commit().await
+        } else {
+            savepoint.rollback().await
+        }
+        .map_err(backend(RECORD))?;
+    }
+
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if plain_recorded && job.submission.idempotency.is_none() {
+            outcomes.push(Ok(RecordOutcome::Recorded));
+            continue;
+        }
+        // A failing submission rolls back to its savepoint: its neighbours'
+        // work stands.
+        let mut savepoint = tx.begin().await.map_err(backend(RECORD))?;
+        let outcome = record_in(&mut savepoint, &job.submission).await;
+        match outcome {
+            Ok(_) => savepoint.commit().await,
+            Err(_) => savepoint.rollback().await,
+        }
+        .map_err(backend(RECORD))?;
+        outcomes.push(outcome);
+    }
+    tx.commit().await.map_err(backend(RECORD))?;
+    Ok(outcomes)
+}
+
+#[async_trait]
+impl EventSink for PgStore {
+    async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
+        match &self.group {
+            Some(queue) => queue.record(submission).await,
+            None => record_alone(&self.pool, submission).await,
+        }
+    }
+
+    async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {
+        sqlx::query(
+            "SELECT event_uuid, account_id, received_at, event_type, event_family,
+                    conversion_identifier, email, payload, channel
+             FROM events WHERE event_uuid = $1",
+        )
+        .bind(event_uuid)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend("read an event"))?
+        .as_ref()
+        .map(event_from_row)
+        .transpose()
+    }
+}
+
+/// A refresh token stayed active and unrotatable through every attempt:
+/// something keeps changing it under the store.
+#[derive(Debug, thiserror::Error)]
+#[error("the refresh token kept changing while it was being rotated")]
+struct RotationContended;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn account_lock_keys_fold_the_whole_uuid() {
+        let a = AccountId(Uuid::from_bytes([1; 16]));
+        let b = AccountId(Uuid::from_bytes([
+            1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2,
+        ]));
+        assert_ne!(account_lock_key(a), account_lock_key(b));
+        assert_eq!(account_lock_key(a), 0);
+    }
+}

@@ -1,0 +1,991 @@
+//! Every storage trait on SQLite: one embedded file, no server (feature
+//! `sqlite`).
+//!
+//! The file is opened in WAL mode with `synchronous = FULL`, so that what a
+//! method acknowledges has reached the disk, and with a busy timeout, so
+//! that another process holding the write lock makes callers wait instead of
+//! fail. Schema migrations ship with the crate and run on open.
+//!
+//! Atomicity: SQLite admits one writer at a time. Single-step operations are
+//! one conditional statement (`UPDATE ... WHERE taken = 0 RETURNING ...`);
+//! read-then-write operations run in `BEGIN IMMEDIATE` transactions, which
+//! take the write lock before the first read, so no other connection or
+//! process can write between the read and the write.
+//!
+//! Events are recorded with group commit: concurrent `record` calls queue
+//! to one task that stores whatever has queued in one write transaction,
+//! each submission in a savepoint of its own (so one failing submission
+//! does not fail its neighbours), and answers each after the COMMIT. Many
+//! writers then share one disk flush instead of waiting for one each.
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Connection as _, Executor as _, Row, Sqlite, Transaction};
+use time::OffsetDateTime;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::sql::{
+    GroupQueue, Job, Migration, RECORD, answer, backend, channel_from_json, channel_to_json,
+    fingerprint_from_column, hash_from_column, insert_failed, malformed,
+};
+use crate::{
+    AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
+    Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink, EventSubmission, Grant,
+    GrantId, PkceChallenge, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord,
+    Rotation, SecretHash, StoreError, TokenStore,
+};
+
+/// The schema, in order. Never edit a shipped migration: add the next one.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sql: include_str!("../migrations/sqlite/0001_initial.sql"),
+}];
+
+/// How long a statement waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a caller waits for a pooled connection before failing.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections for reads; in WAL mode they run beside the writer.
+const READERS: u32 = 4;
+
+/// The most event submissions one group transaction takes.
+const MAX_GROUP: usize = 256;
+
+/// Every storage trait on one SQLite database.
+///
+/// Cloning is cheap and shares the connections and the group-commit writer
+/// of events (a task on the tokio runtime the store was opened in). Wrap it
+/// in an `Arc` and hand it out as each of the `Arc<dyn Trait>`s the service
+/// takes.
+///
+/// Instants are kept as microseconds since the Unix epoch: anything finer is
+/// truncated.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    /// The one connection that writes. SQLite admits a single writer at a
+    /// time anyway; queueing writers on this pool is fairer and faster than
+    /// letting them poll in SQLite's sleeping busy handler.
+    writer: SqlitePool,
+    /// The connections that only read.
+    reader: SqlitePool,
+    /// The queue to the group-commit writer of events.
+    events: GroupQueue,
+}
+
+impl SqliteStore {
+    /// Opens (creating it if missing) the database file at `path` and brings
+    /// its schema up to date.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the file cannot be opened or created, is
+    /// not an SQLite database, or the migrations fail.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a commit is on disk (the WAL is synced) before it is
+            // acknowledged, so an acknowledged event survives a power cut,
+            // not only a restart of the process.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.clone())
+            .await
+            .map_err(backend("open the SQLite database"))?;
+        migrate(&writer).await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(READERS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(backend("open the SQLite database"))?;
+        Ok(Self::new(writer, reader))
+    }
+
+    /// A fresh database in memory, gone when the store is dropped: for tests
+    /// and for hosts that keep nothing across restarts.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if SQLite cannot start or the migrations fail.
+    pub async fn open_in_memory() -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::new().in_memory(true);
+        // One connection that never closes: an in-memory database lives
+        // exactly as long as its connection.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(backend("open an in-memory SQLite database"))?;
+        migrate(&pool).await?;
+        Ok(Self::new(pool.clone(), pool))
+    }
+
+    /// A store on migrated pools, with its group-commit writer started.
+    fn new(writer: SqlitePool, reader: SqlitePool) -> Self {
+        let (events, jobs) = GroupQueue::new(MAX_GROUP * 4);
+        // The writer task ends when the last clone of the store (the last
+        // sender) is dropped, after answering what was queued.
+        tokio::spawn(group_writer(writer.clone(), jobs, MAX_GROUP));
+        Self {
+            writer,
+            reader,
+            events,
+        }
+    }
+
+    /// Closes every connection, waiting for the ones in use to come back.
+    /// Calls made afterwards, through any clone, fail with
+    /// [`StoreError::Backend`].
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+
+    /// A write transaction that holds SQLite's write lock from its first
+    /// statement (`BEGIN IMMEDIATE`): what it reads cannot change before it
+    /// writes, whichever connection or process tries.
+    async fn write_transaction(
+        &self,
+        action: &'static str,
+    ) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        self.writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(backend(action))
+    }
+}
+
+/// Applies the migrations this database has not seen, in one transaction.
+async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
+    const ACTION: &str = "migrate the SQLite schema";
+    // BEGIN IMMEDIATE: two processes opening a new file at once must not
+    // both apply the first migration.
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(backend(ACTION))?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+             version     INTEGER PRIMARY KEY NOT NULL,
+             applied_at  TEXT    NOT NULL DEFAULT CURRENT_TIMESTAMP
+         )",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(backend(ACTION))?;
+    let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+    for migration in MIGRATIONS.iter().filter(|m| m.version > current) {
+        // A plain string runs as a simple query, which may hold several
+        // statements. (`sqlx::raw_sql` would too, but its future defeats
+        // rustc's `Send` inference at a caller's `tokio::spawn`.)
+        (&mut *tx)
+            .execute(migration.sql)
+            .await
+            .map_err(backend(ACTION))?;
+        sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
+            .bind(migration.version)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+    }
+    tx.commit().await.map_err(backend(ACTION))
+}
+
+/// An instant as stored: microseconds since the Unix epoch.
+fn micros(at: OffsetDateTime) -> Result<i64, StoreError> {
+    i64::try_from((at - OffsetDateTime::UNIX_EPOCH).whole_microseconds())
+        .map_err(|error| StoreError::backend("encode an instant", error))
+}
+
+/// An optional instant as stored.
+fn opt_micros(at: Option<OffsetDateTime>) -> Result<Option<i64>, StoreError> {
+    at.map(micros).transpose()
+}
+
+/// A uuid as stored: hyphenated text.
+fn uuid_text(id: Uuid) -> String {
+    id.hyphenated().to_string()
+}
+
+/// A list of strings as stored: a JSON array in a TEXT column.
+fn json_text<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|error| StoreError::backend("encode a list", error))
+}
+
+/// Reads the columns of one row into record fields, naming `action` in any
+/// failure.
+struct Columns<'r> {
+    row: &'r SqliteRow,
+    action: &'static str,
+}
+
+impl<'r> Columns<'r> {
+    fn new(row: &'r SqliteRow, action: &'static str) -> Self {
+        Self { row, action }
+    }
+
+    fn get<T>(&self, column: &'static str) -> Result<T, StoreError>
+    where
+        T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
+    {
+        self.row.try_get(column).map_err(backend(self.action))
+    }
+
+    fn text(&self, column: &'static str) -> Result<String, StoreError> {
+        self.get(column)
+    }
+
+    fn flag(&self, column: &'static str) -> Result<bool, StoreError> {
+        self.get(column)
+    }
+
+    fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
+        let text: String = self.get(column)?;
+        Uuid::parse_str(&text).map_err(|_| malformed(self.action, column))
+    }
+
+    fn opt_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
+        let text: Option<String> = self.get(column)?;
+        text.map(|text| Uuid::parse_str(&text).map_err(|_| malformed(self.action, column)))
+            .transpose()
+    }
+
+    fn hash(&self, column: &'static str) -> Result<SecretHash, StoreError> {
+        hash_from_column(self.get(column)?, self.action, column)
+    }
+
+    fn instant(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
+        let micros: i64 = self.get(column)?;
+        OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
+            .map_err(|_| malformed(self.action, column))
+    }
+
+    fn opt_instant(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError> {
+        let micros: Option<i64> = self.get(column)?;
+        micros
+            .map(|micros| {
+                OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
+                    .map_err(|_| malformed(self.action, column))
+            })
+            .transpose()
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(&self, column: &'static str) -> Result<T, StoreError> {
+        let text: String = self.get(column)?;
+        serde_json::from_str(&text).map_err(|_| malformed(self.action, column))
+    }
+}
+
+fn grant_from_row(row: &SqliteRow) -> Result<Grant, StoreError> {
+    let c = Columns::new(row, "read a grant");
+    Ok(Grant {
+        id: GrantId(c.uuid("id")?),
+        client_id: ClientId::new(c.text("client_id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        created_at: c.instant("created_at")?,
+        revoked_at: c.opt_instant("revoked_at")?,
+    })
+}
+
+fn code_from_row(row: &SqliteRow, hash: SecretHash) -> Result<CodeRecord, StoreError> {
+    let c = Columns::new(row, "take an authorization code");
+    Ok(CodeRecord {
+        hash,
+        grant_id: GrantId(c.uuid("grant_id")?),
+        client_id: ClientId::new(c.text("client_id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        redirect_uri: c.text("redirect_uri")?,
+        pkce: c
+            .get::<Option<String>>("pkce_challenge")?
+            .map(|challenge| PkceChallenge { challenge }),
+        issued_at: c.instant("issued_at")?,
+        expires_at: c.instant("expires_at")?,
+    })
+}
+
+fn access_from_row(row: &SqliteRow, hash: SecretHash) -> Result<AccessTokenRecord, StoreError> {
+    let c = Columns::new(row, "read an access token");
+    Ok(AccessTokenRecord {
+        hash,
+        grant_id: GrantId(c.uuid("grant_id")?),
+        client_id: ClientId::new(c.text("client_id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        issued_at: c.instant("issued_at")?,
+        expires_at: c.instant("expires_at")?,
+        revoked: c.flag("revoked")?,
+    })
+}
+
+fn refresh_from_row(row: &SqliteRow, hash: SecretHash) -> Result<RefreshTokenRecord, StoreError> {
+    let c = Columns::new(row, "read a refresh token");
+    Ok(RefreshTokenRecord {
+        hash,
+        grant_id: GrantId(c.uuid("grant_id")?),
+        client_id: ClientId::new(c.text("client_id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        issued_at: c.instant("issued_at")?,
+        expires_at: c.opt_instant("expires_at")?,
+        state: refresh_state(&c)?,
+        revoked: c.flag("revoked")?,
+    })
+}
+
+fn refresh_state(c: &Columns<'_>) -> Result<RefreshState, StoreError> {
+    let at = c.opt_instant("rotated_at")?;
+    let successor: Option<Vec<u8>> = c.get("successor")?;
+    Ok(match (at, successor) {
+        (Some(at), Some(successor)) => RefreshState::Rotated {
+            at,
+            successor: hash_from_column(successor, c.action, "successor")?,
+        },
+        // The table's CHECK keeps both set or both unset.
+        (None, None) => RefreshState::Active,
+        _ => return Err(malformed(c.action, "successor")),
+    })
+}
+
+fn account_from_row(row: &SqliteRow) -> Result<Account, StoreError> {
+    let c = Columns::new(row, "read an account");
+    Ok(Account {
+        id: AccountId(c.uuid("id")?),
+        name: c.text("name")?,
+        email: c.text("email")?,
+        password_hash: c.get("password_hash")?,
+        custom_fields: c.json("custom_fields")?,
+    })
+}
+
+fn api_key_from_row(row: &SqliteRow) -> Result<ApiKeyRecord, StoreError> {
+    let c = Columns::new(row, "read an api key");
+    Ok(ApiKeyRecord {
+        id: ApiKeyId(c.uuid("id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        hash: c.hash("hash")?,
+        label: c.text("label")?,
+        active: c.flag("active")?,
+        created_at: c.instant("created_at")?,
+    })
+}
+
+fn event_from_row(row: &SqliteRow) -> Result<RecordedEvent, StoreError> {
+    let c = Columns::new(row, "read an event");
+    Ok(RecordedEvent {
+        event_uuid: c.uuid("event_uuid")?,
+        account_id: AccountId(c.uuid("account_id")?),
+        received_at: c.instant("received_at")?,
+        event_type: c.text("event_type")?,
+        event_family: c.text("event_family")?,
+        conversion_identifier: c.text("conversion_identifier")?,
+        email: c.text("email")?,
+        payload: c.json("payload")?,
+        channel: channel_from_json(c.json("channel")?, c.action)?,
+    })
+}
+
+#[async_trait]
+impl TokenStore for SqliteStore {
+    async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO grants (id, client_id, account_id, created_at, revoked_at)
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(uuid_text(grant.id.0))
+        .bind(grant.client_id.as_str())
+        .bind(uuid_text(grant.account_id.0))
+        .bind(micros(grant.created_at)?)
+        .bind(opt_micros(grant.revoked_at)?)
+        .execute(&self.writer)
+        .await
+        .map_err(insert_failed("grant", "insert a grant"))?;
+        Ok(())
+    }
+
+    async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError> {
+        sqlx::query(
+            "SELECT id, client_id, account_id, created_at, revoked_at FROM grants WHERE id = ?",
+        )
+        .bind(uuid_text(id.0))
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend("read a grant"))?
+        .as_ref()
+        .map(grant_from_row)
+        .transpose()
+    }
+
+    async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
+        // One statement; COALESCE keeps the first revocation time.
+        let done =
+            sqlx::query("UPDATE grants SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?")
+                .bind(micros(at)?)
+                .bind(uuid_text(id.0))
+                .execute(&self.writer)
+                .await
+                .map_err(backend("revoke a grant"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO authorization_codes
+                 (hash, grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                  issued_at, expires_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(code.hash.as_bytes().as_slice())
+        .bind(uuid_text(code.grant_id.0))
+        .bind(code.client_id.as_str())
+        .bind(uuid_text(code.account_id.0))
+        .bind(&code.redirect_uri)
+        .bind(code.pkce.as_ref().map(|pkce| pkce.challenge.as_str()))
+        .bind(micros(code.issued_at)?)
+        .bind(micros(code.expires_at)?)
+        .execute(&self.writer)
+        .await
+        .map_err(insert_failed(
+            "authorization code",
+            "insert an authorization code",
+        ))?;
+        Ok(())
+    }
+
+    async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError> {
+        const ACTION: &str = "take an authorization code";
+        // One conditional statement: of any number of callers, only the one
+        // whose UPDATE finds `taken = 0` gets the row back.
+        let taken = sqlx::query(
+            "UPDATE authorization_codes SET taken = 1
+             WHERE hash = ? AND taken = 0
+             RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                       issued_at, expires_at",
+        )
+        .bind(hash.as_bytes().as_slice())
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(backend(ACTION))?;
+        if let Some(row) = taken {
+            return Ok(CodeTake::Taken(code_from_row(&row, *hash)?));
+        }
+        // Codes are never deleted and never untaken, so a row found now is
+        // a tombstone.
+        let tombstone =
+            sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?")
+                .bind(hash.as_bytes().as_slice())
+                .fetch_optional(&self.writer)
+                .await
+                .map_err(backend(ACTION))?;
+        Ok(match tombstone {
+            None => CodeTake::NotFound,
+            Some(row) => {
+                let c = Columns::new(&row, ACTION);
+                CodeTake::AlreadyTaken {
+                    grant_id: GrantId(c.uuid("grant_id")?),
+                    client_id: ClientId::new(c.text("client_id")?),
+                }
+            }
+        })
+    }
+
+    async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO access_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(token.hash.as_bytes().as_slice())
+        .bind(uuid_text(token.grant_id.0))
+        .bind(token.client_id.as_str())
+        .bind(uuid_text(token.account_id.0))
+        .bind(micros(token.issued_at)?)
+        .bind(micros(token.expires_at)?)
+        .execute(&self.writer)
+        .await
+        .map_err(insert_failed("access token", "insert an access token"))?;
+        Ok(())
+    }
+
+    async fn find_access_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<AccessTokenRecord>, StoreError> {
+        // `revoked` comes from the grant, so revoking the grant revokes every
+        // token at once, those inserted later included. A token whose grant
+        // is unknown cannot be traced to a live authorization: revoked.
+        sqlx::query(
+            "SELECT a.grant_id, a.client_id, a.account_id, a.issued_at, a.expires_at,
+                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+             FROM access_tokens a LEFT JOIN grants g ON g.id = a.grant_id
+             WHERE a.hash = ?",
+        )
+        .bind(hash.as_bytes().as_slice())
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend("read an access token"))?
+        .map(|row| access_from_row(&row, *hash))
+        .transpose()
+    }
+
+    async fn insert_refresh_token(&self, token: &RefreshTokenRecord) -> Result<(), StoreError> {
+        insert_refresh(&self.writer, token, "insert a refresh token").await
+    }
+
+    async fn find_refresh_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<RefreshTokenRecord>, StoreError> {
+        sqlx::query(
+            "SELECT r.grant_id, r.client_id, r.account_id, r.issued_at, r.expires_at,
+                    r.rotated_at, r.successor,
+                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+             FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
+             WHERE r.hash = ?",
+        )
+        .bind(hash.as_bytes().as_slice())
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend("read a refresh token"))?
+        .map(|row| refresh_from_row(&row, *hash))
+        .transpose()
+    }
+
+    async fn rotate_refresh_token(
+        &self,
+        old: &SecretHash,
+        successor: &RefreshTokenRecord,
+        at: OffsetDateTime,
+    ) -> Result<Rotation, StoreError> {
+        const ACTION: &str = "rotate a refresh token";
+        // The write lock is held from the read below to the commit, so of
+        // any number of callers only one can see the token active.
+        let mut tx = self.write_transaction(ACTION).await?;
+        let current = sqlx::query(
+            "SELECT r.rotated_at, r.successor,
+                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+             FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
+             WHERE r.hash = ?",
+        )
+        .bind(old.as_bytes().as_slice())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        let Some(row) = current else {
+            return Ok(Rotation::NotFound);
+        };
+        let c = Columns::new(&row, ACTION);
+        if c.flag("revoked")? {
+            return Ok(Rotation::Revoked);
+        }
+        if let RefreshState::Rotated { at, successor } = refresh_state(&c)? {
+            return Ok(Rotation::AlreadyRotated { at, successor });
+        }
+        sqlx::query("UPDATE refresh_tokens SET rotated_at = ?, successor = ? WHERE hash = ?")
+            .bind(micros(at)?)
+            .bind(successor.hash.as_bytes().as_slice())
+            .bind(old.as_bytes().as_slice())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        // On failure the transaction is dropped and rolled back: the old
+        // token stays active.
+        insert_refresh(&mut *tx, successor, ACTION).await?;
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(Rotation::Rotated)
+    }
+}
+
+/// Inserts a refresh token as active, whatever its `state` says.
+async fn insert_refresh<'e, E>(
+    executor: E,
+    token: &RefreshTokenRecord,
+    action: &'static str,
+) -> Result<(), StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    sqlx::query(
+        "INSERT INTO refresh_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(token.hash.as_bytes().as_slice())
+    .bind(uuid_text(token.grant_id.0))
+    .bind(token.client_id.as_str())
+    .bind(uuid_text(token.account_id.0))
+    .bind(micros(token.issued_at)?)
+    .bind(opt_micros(token.expires_at)?)
+    .execute(executor)
+    .await
+    .map_err(insert_failed("refresh token", action))?;
+    Ok(())
+}
+
+#[async_trait]
+impl ClientRegistry for SqliteStore {
+    async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO clients (id, name, secret_hash, redirect_uris, require_pkce)
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(client.id.as_str())
+        .bind(&client.name)
+        .bind(client.secret_hash.as_bytes().as_slice())
+        .bind(json_text(&client.redirect_uris)?)
+        .bind(client.require_pkce)
+        .execute(&self.writer)
+        .await
+        .map_err(insert_failed("client", "register a client"))?;
+        Ok(())
+    }
+
+    async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, name, secret_hash, redirect_uris, require_pkce FROM clients WHERE id = ?",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend("read a client"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let c = Columns::new(&row, "read a client");
+        Ok(Some(Client {
+            id: ClientId::new(c.text("id")?),
+            name: c.text("name")?,
+            secret_hash: c.hash("secret_hash")?,
+            redirect_uris: c.json("redirect_uris")?,
+            require_pkce: c.flag("require_pkce")?,
+        }))
+    }
+}
+
+#[async_trait]
+impl AccountStore for SqliteStore {
+    async fn insert_account(&self, account: &Account) -> Result<(), StoreError> {
+        // The primary key and the UNIQUE e-mail both answer `Duplicate`.
+        sqlx::query(
+            "INSERT INTO accounts (id, name, email, password_hash, custom_fields)
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(uuid_text(account.id.0))
+        .bind(&account.name)
+        .bind(&account.email)
+        .bind(account.password_hash.as_deref())
+        .bind(json_text(&account.custom_fields)?)
+        .execute(&self.writer)
+        .await
+        .map_err(insert_failed("account", "insert an account"))?;
+        Ok(())
+    }
+
+    async fn find_account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
+        sqlx::query(
+            "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE id = ?",
+        )
+        .bind(uuid_text(id.0))
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend("read an account"))?
+        .as_ref()
+        .map(account_from_row)
+        .transpose()
+    }
+
+    async fn find_account_by_email(&self, email: &str) -> Result<Option<Account>, StoreError> {
+        sqlx::query(
+            "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE email = ?",
+        )
+        .bind(email)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend("read an account"))?
+        .as_ref()
+        .map(account_from_row)
+        .transpose()
+    }
+}
+
+#[async_trait]
+impl ApiKeyStore for SqliteStore {
+    async fn insert_api_key(
+        &self,
+        key: &ApiKeyRecord,
+        max_per_account: usize,
+    ) -> Result<bool, StoreError> {
+        const ACTION: &str = "insert an api key";
+        // Count and insert under the write lock: two callers cannot both see
+        // room for the last key.
+        let mut tx = self.write_transaction(ACTION).await?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ? OR hash = ?)")
+                .bind(uuid_text(key.id.0))
+                .bind(key.hash.as_bytes().as_slice())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend(ACTION))?;
+        if exists {
+            return Err(StoreError::Duplicate { what: "api key" });
+        }
+        let held: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM api_keys WHERE account_id = ?")
+            .bind(uuid_text(key.account_id.0))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        if usize::try_from(held).unwrap_or(usize::MAX) >= max_per_account {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO api_keys (id, account_id, hash, label, active, created_at)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(uuid_text(key.id.0))
+        .bind(uuid_text(key.account_id.0))
+        .bind(key.hash.as_bytes().as_slice())
+        .bind(&key.label)
+        .bind(key.active)
+        .bind(micros(key.created_at)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(insert_failed("api key", ACTION))?;
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(true)
+    }
+
+    async fn find_api_key(&self, hash: &SecretHash) -> Result<Option<ApiKeyRecord>, StoreError> {
+        sqlx::query(
+            "SELECT id, account_id, hash, label, active, created_at FROM api_keys WHERE hash = ?",
+        )
+        .bind(hash.as_bytes().as_slice())
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend("read an api key"))?
+        .as_ref()
+        .map(api_key_from_row)
+        .transpose()
+    }
+
+    async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
+        let done = sqlx::query("UPDATE api_keys SET active = ? WHERE id = ?")
+            .bind(active)
+            .bind(uuid_text(id.0))
+            .execute(&self.writer)
+            .await
+            .map_err(backend("switch an api key"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn list_api_keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        // rowid breaks ties between keys created in the same microsecond:
+        // insertion order.
+        sqlx::query(
+            "SELECT id, account_id, hash, label, active, created_at FROM api_keys
+             WHERE account_id = ? ORDER BY created_at, rowid",
+        )
+        .bind(uuid_text(account.0))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend("list api keys"))?
+        .iter()
+        .map(api_key_from_row)
+        .collect()
+    }
+}
+
+/// Records one submission on `conn`, which is inside a write transaction
+/// (or a savepoint of one) that the caller commits, or rolls back on `Err`:
+/// the claim and the events stand or fall together.
+async fn record_in(
+    conn: &mut SqliteConnection,
+    submission: &EventSubmission,
+) -> Result<RecordOutcome, StoreError> {
+    if let Some(claim) = &submission.idempotency {
+        let existing = sqlx::query(
+            "SELECT fingerprint, expires_at, event_uuids, batch_uuid
+             FROM idempotency_claims WHERE account_id = ? AND key = ?",
+        )
+        .bind(uuid_text(claim.account_id.0))
+        .bind(&claim.key)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(backend(RECORD))?;
+        if let Some(row) = existing {
+            let c = Columns::new(&row, RECORD);
+            // A claim holds while it expires after the new claim is made.
+            if c.instant("expires_at")? > claim.created_at {
+                let fingerprint = fingerprint_from_column(c.get("fingerprint")?, RECORD)?;
+                return Ok(if fingerprint == claim.fingerprint {
+                    RecordOutcome::Replayed {
+                        event_uuids: c.json("event_uuids")?,
+                        batch_uuid: c.opt_uuid("batch_uuid")?,
+                    }
+                } else {
+                    RecordOutcome::KeyReused
+                });
+            }
+        }
+    }
+    let batch_uuid = submission.batch_uuid.map(uuid_text);
+    for event in &submission.events {
+        sqlx::query(
+            "INSERT INTO events
+                 (event_uuid, account_id, received_at, event_type, event_family,
+                  conversion_identifier, email, payload, channel, batch_uuid)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(uuid_text(event.event_uuid))
+        .bind(uuid_text(event.account_id.0))
+        .bind(micros(event.received_at)?)
+        .bind(&event.event_type)
+        .bind(&event.event_family)
+        .bind(&event.conversion_identifier)
+        .bind(&event.email)
+        .bind(json_text(&event.payload)?)
+        .bind(json_text(&channel_to_json(&event.channel)?)?)
+        .bind(batch_uuid.as_deref())
+        .execute(&mut *conn)
+        .await
+        // The caller rolls back the events before it: all or nothing.
+        .map_err(insert_failed("event", RECORD))?;
+    }
+    if let Some(claim) = &submission.idempotency {
+        let event_uuids: Vec<Uuid> = submission.events.iter().map(|e| e.event_uuid).collect();
+        // An expired claim for the key is replaced.
+        sqlx::query(
+            "INSERT INTO idempotency_claims
+                 (account_id, key, fingerprint, created_at, expires_at, event_uuids, batch_uuid)
+             VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (account_id, key) DO UPDATE SET
+                 fingerprint = excluded.fingerprint,
+                 created_at = excluded.created_at,
+                 expires_at = excluded.expires_at,
+                 event_uuids = excluded.event_uuids,
+                 batch_uuid = excluded.batch_uuid",
+        )
+        .bind(uuid_text(claim.account_id.0))
+        .bind(&claim.key)
+        .bind(claim.fingerprint.as_slice())
+        .bind(micros(claim.created_at)?)
+        .bind(micros(claim.expires_at)?)
+        .bind(json_text(&event_uuids)?)
+        .bind(batch_uuid.as_deref())
+        .execute(&mut *conn)
+        .await
+        .map_err(backend(RECORD))?;
+    }
+    Ok(RecordOutcome::Recorded)
+}
+
+/// Records one submission in a write transaction of its own.
+async fn record_alone(
+    pool: &SqlitePool,
+    submission: &EventSubmission,
+) -> Result<RecordOutcome, StoreError> {
+    // The claim is checked and written, and the events inserted, under one
+    // write lock: concurrent retries with one key record once.
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(backend(RECORD))?;
+    let outcome = record_in(&mut tx, submission).await?;
+    // Only a committed submission is acknowledged.
+    tx.commit().await.map_err(backend(RECORD))?;
+    Ok(outcome)
+}
+
+/// The group-commit writer: takes whatever `record` calls have queued (up
+/// to `max`), records them in one write transaction, and answers each after
+/// the COMMIT.
+async fn group_writer(pool: SqlitePool, mut queue: mpsc::Receiver<Job>, max: usize) {
+    let mut jobs = Vec::with_capacity(max);
+    while queue.recv_many(&mut jobs, max).await > 0 {
+        let outcomes = match jobs.as_slice() {
+            // Alone, a submission needs no savepoint.
+            [job] => vec![record_alone(&pool, &job.submission).await],
+            _ => record_group(&pool, &jobs)
+                .await
+                .unwrap_or_else(|error| vec![Err(error); jobs.len()]),
+        };
+        answer(&mut jobs, outcomes);
+    }
+}
+
+/// Records each job in a savepoint of one write transaction. `Ok` holds
+/// each job's own outcome, all committed; `Err` means the transaction
+/// failed and nothing was recorded.
+async fn record_group(
+    pool: &SqlitePool,
+    jobs: &[Job],
+) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(backend(RECORD))?;
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        // A failing submission rolls back to its savepoint: its neighbours'
+        // work stands.
+        let mut savepoint = tx.begin().await.map_err(backend(RECORD))?;
+        let outcome = record_in(&mut savepoint, &job.submission).await;
+        match outcome {
+            Ok(_) => savepoint.commit().await,
+            Err(_) => savepoint.rollback().await,
+        }
+        .map_err(backend(RECORD))?;
+        outcomes.push(outcome);
+    }
+    tx.commit().await.map_err(backend(RECORD))?;
+    Ok(outcomes)
+}
+
+#[async_trait]
+impl EventSink for SqliteStore {
+    async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
+        self.events.record(submission).await
+    }
+
+    async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {
+        sqlx::query(
+            "SELECT event_uuid, account_id, received_at, event_type, event_family,
+                    conversion_identifier, email, payload, channel
+             FROM events WHERE event_uuid = ?",
+        )
+        .bind(uuid_text(event_uuid))
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend("read an event"))?
+        .as_ref()
+        .map(event_from_row)
+        .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_round_trip_through_microseconds() {
+        let at = time::macros::datetime!(2026-03-01 12:00:00.123456 UTC);
+        let stored = micros(at).unwrap();
+        assert_eq!(stored, 1_772_366_400_123_456);
+        let back = OffsetDateTime::from_unix_timestamp_nanos(i128::from(stored) * 1000).unwrap();
+        assert_eq!(back, at);
+    }
+}

@@ -1,0 +1,452 @@
+//! Conversion-event intake: API keys, the bearer and batch routes,
+//! all-or-nothing batches, idempotent retries, and failures.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use conversion_gateway::{HttpAnswer, RequestParts, Stores};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+struct Intake {
+    f: Fixture,
+    api_key: String,
+}
+
+impl Intake {
+    async fn new() -> Self {
+        Self::with_stores(Stores::in_memory()).await
+    }
+
+    async fn with_stores(stores: Stores) -> Self {
+        let f = Fixture::with_stores(stores, |_| {}).await;
+        let (_, key) = f
+            .gateway
+            .issue_api_key(f.account.id, "website")
+            .await
+            .unwrap()
+            .unwrap();
+        Self {
+            f,
+            api_key: key.expose().to_owned(),
+        }
+    }
+
+    async fn conversion(
+        &self,
+        query: &str,
+        body: &[u8],
+        content_type: &str,
+        key: Option<&str>,
+    ) -> HttpAnswer {
+        self.f
+            .gateway
+            .record_conversion(&RequestParts {
+                query,
+                content_type: Some(content_type),
+                authorization: None,
+                idempotency_key: key,
+                body,
+            })
+            .await
+    }
+
+    async fn send(&self, body: &Value) -> HttpAnswer {
+        let query = format!("api_key={}", self.api_key);
+        self.conversion(
+            &query,
+            body.to_string().as_bytes(),
+            "application/json",
+            None,
+        )
+        .await
+    }
+
+    async fn event(
+        &self,
+        route_batch: bool,
+        token: &str,
+        body: &[u8],
+        key: Option<&str>,
+    ) -> HttpAnswer {
+        let header = format!("Bearer {token}");
+        let parts = RequestParts {
+            query: "",
+            content_type: Some("application/json; charset=utf-8"),
+            authorization: Some(&header),
+            idempotency_key: key,
+            body,
+        };
+        if route_batch {
+            self.f.gateway.record_event_batch(&parts).await
+        } else {
+            self.f.gateway.record_event(&parts).await
+        }
+    }
+
+    async fn stored(&self, answer: &HttpAnswer) -> Option<conversion_gateway::RecordedEvent> {
+        let id: Uuid = body(answer)["event_uuid"].as_str()?.parse().ok()?;
+        self.f.gateway.stores().events.find_event(id).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_valid_conversion_is_recorded_under_its_event_uuid() {
+    let t = Intake::new().await;
+    let answer = t.send(&conversion_body("lead@example.com")).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.json_body());
+    assert_eq!(body(&answer).as_object().unwrap().len(), 1);
+    let stored = t
+        .stored(&answer)
+        .await
+        .expect("recorded under the answered uuid");
+    assert_eq!(stored.account_id, t.f.account.id);
+    assert_eq!(stored.email, "lead@example.com");
+    assert_eq!(stored.conversion_identifier, "newsletter-signup");
+    assert_eq!(stored.payload["cf_plan"], "gold");
+    assert_eq!(stored.payload["tags"], json!(["lead", "webinar"]));
+    assert_eq!(stored.channel, conversion_gateway::IntakeChannel::ApiKey);
+}
+
+#[tokio::test]
+async fn each_conversion_is_recorded_each_time() {
+    let t = Intake::new().await;
+    let a = body(&t.send(&conversion_body("lead@example.com")).await);
+    let b = body(&t.send(&conversion_body("lead@example.com")).await);
+    assert_ne!(a["event_uuid"], b["event_uuid"]);
+}
+
+#[tokio::test]
+async fn missing_unknown_and_switched_off_api_keys_are_unauthorized() {
+    let t = Intake::new().await;
+    let event = conversion_body("lead@example.com").to_string();
+    for query in ["", "api_key=", "api_key=cgak_unknown", "other=1"] {
+        let answer = t
+            .conversion(query, event.as_bytes(), "application/json", None)
+            .await;
+        assert_error(&answer, 401, "UNAUTHORIZED");
+    }
+    let keys =
+        t.f.gateway
+            .stores()
+            .api_keys
+            .list_api_keys(t.f.account.id)
+            .await
+            .unwrap();
+    t.f.gateway
+        .set_api_key_active(keys[0].id, false)
+        .await
+        .unwrap();
+    let answer = t.send(&conversion_body("lead@example.com")).await;
+    assert_error(&answer, 401, "UNAUTHORIZED");
+    assert!(
+        !String::from_utf8(answer.body_bytes())
+            .unwrap()
+            .contains(&t.api_key),
+        "never echoed"
+    );
+    t.f.gateway
+        .set_api_key_active(keys[0].id, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        t.send(&conversion_body("lead@example.com")).await.status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn an_account_holds_at_most_five_api_keys() {
+    let t = Intake::new().await;
+    for _ in 0..4 {
+        assert!(
+            t.f.gateway
+                .issue_api_key(t.f.account.id, "more")
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+    assert!(
+        t.f.gateway
+            .issue_api_key(t.f.account.id, "sixth")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn the_spec_example_of_an_unaccepted_event_type_comes_out_as_shown() {
+    let t = Intake::new().await;
+    let mut event = conversion_body("lead@example.com");
+    event["event_type"] = json!("OPPORTUNITY");
+    let answer = t.send(&event).await;
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    let errors = body(&answer)["errors"].as_array().unwrap().clone();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0]["error_type"], "INVALID_OPTION");
+    assert_eq!(
+        errors[0]["validation_rules"],
+        json!({"valid_options": ["CONVERSION"]})
+    );
+    assert_eq!(errors[0]["path"], "$.event_type");
+    assert!(
+        errors[0]["error_message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+}
+
+#[tokio::test]
+async fn every_validation_error_is_reported_and_nothing_is_recorded() {
+    let t = Intake::new().await;
+    let event = json!({
+        "event_type": "CONVERSION", "event_family": "B2B",
+        "payload": {"conversion_identifier": " ", "email": "not-an-email", "tags": ["ok", 3]},
+    });
+    let answer = t.send(&event).await;
+    assert_eq!(answer.status, 400);
+    let types: Vec<_> = body(&answer)["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["error_type"].clone())
+        .collect();
+    assert!(types.len() >= 4, "{types:?}");
+    assert!(types.contains(&json!("INVALID_OPTION")));
+    assert!(types.contains(&json!("CANNOT_BE_BLANK")));
+    assert!(types.contains(&json!("INVALID_EMAIL_FORMAT")));
+    assert!(types.contains(&json!("INVALID_DATA_TYPE")));
+}
+
+#[tokio::test]
+async fn wrong_content_type_malformed_and_oversized_bodies_are_json_errors() {
+    let t = Intake::new().await;
+    let query = format!("api_key={}", t.api_key);
+    let event = conversion_body("lead@example.com").to_string();
+    let answer = t
+        .conversion(&query, event.as_bytes(), "text/plain", None)
+        .await;
+    assert_error(&answer, 415, "UNSUPPORTED_MEDIA_TYPE");
+    let answer = t
+        .conversion(&query, b"{\"event_type\":", "application/json", None)
+        .await;
+    assert_eq!(answer.status, 400);
+    assert_eq!(body(&answer)["errors"][0]["error_type"], "BAD_REQUEST");
+    let huge = vec![b' '; 300 * 1024];
+    let answer = t.conversion(&query, &huge, "application/json", None).await;
+    assert_eq!(answer.status, 413);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+}
+
+#[tokio::test]
+async fn unknown_attributes_are_dropped_and_reported() {
+    let t = Intake::new().await;
+    let mut event = conversion_body("lead@example.com");
+    event["payload"]["favourite_color"] = json!("teal");
+    event["payload"]["cf_not_a_field"] = json!("x");
+    let parts_query = format!("api_key={}", t.api_key);
+    let bytes = event.to_string();
+    let receipt =
+        t.f.gateway
+            .conversion_receipt(&RequestParts {
+                query: &parts_query,
+                content_type: Some("application/json"),
+                authorization: None,
+                idempotency_key: None,
+                body: bytes.as_bytes(),
+            })
+            .await
+            .unwrap();
+    assert_eq!(
+        receipt.dropped_attributes.len(),
+        2,
+        "{:?}",
+        receipt.dropped_attributes
+    );
+    let stored =
+        t.f.gateway
+            .stores()
+            .events
+            .find_event(receipt.event_uuids[0])
+            .await
+            .unwrap()
+            .unwrap();
+    assert!(stored.payload.get("favourite_color").is_none());
+    assert!(stored.payload.get("cf_not_a_field").is_none());
+}
+
+#[tokio::test]
+async fn the_bearer_route_records_events_for_the_token_account() {
+    let t = Intake::new().await;
+    let (access, _) = t.f.tokens().await;
+    let event = conversion_body("lead@example.com").to_string();
+    let answer = t.event(false, &access, event.as_bytes(), None).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.json_body());
+    let stored = t.stored(&answer).await.unwrap();
+    assert_eq!(
+        stored.channel,
+        conversion_gateway::IntakeChannel::Bearer {
+            client_id: t.f.client.id.clone()
+        }
+    );
+    let answer = t.event(false, "cgat_forged", event.as_bytes(), None).await;
+    assert_error(&answer, 401, "UNAUTHORIZED");
+    assert!(
+        answer
+            .header("www-authenticate")
+            .unwrap()
+            .contains("invalid_token")
+    );
+}
+
+#[tokio::test]
+async fn a_batch_is_recorded_in_request_order() {
+    let t = Intake::new().await;
+    let (access, _) = t.f.tokens().await;
+    let batch = json!([
+        conversion_body("a@example.com"),
+        conversion_body("b@example.com"),
+        conversion_body("c@example.com")
+    ]);
+    let answer = t
+        .event(true, &access, batch.to_string().as_bytes(), None)
+        .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.json_body());
+    let b = body(&answer);
+    assert!(
+        b["event_batch_uuid"]
+            .as_str()
+            .unwrap()
+            .parse::<Uuid>()
+            .is_ok()
+    );
+    let events = b["events"].as_array().unwrap();
+    assert_eq!(events.len(), 3);
+    for (event, email) in events
+        .iter()
+        .zip(["a@example.com", "b@example.com", "c@example.com"])
+    {
+        let id: Uuid = event["event_uuid"].as_str().unwrap().parse().unwrap();
+        let stored =
+            t.f.gateway
+                .stores()
+                .events
+                .find_event(id)
+                .await
+                .unwrap()
+                .unwrap();
+        assert_eq!(stored.email, email);
+    }
+}
+
+#[tokio::test]
+async fn an_invalid_batch_records_nothing_and_names_each_event() {
+    let sink = Arc::new(conversion_gateway::MemoryEventSink::new());
+    let stores = Stores {
+        events: sink.clone(),
+        ..Stores::in_memory()
+    };
+    let t = Intake::with_stores(stores).await;
+    let (access, _) = t.f.tokens().await;
+    let batch = json!([
+        conversion_body("a@example.com"),
+        conversion_body("a@example.com"),
+        conversion_body("bad"),
+        conversion_body("b@example.com")
+    ]);
+    let answer = t
+        .event(true, &access, batch.to_string().as_bytes(), None)
+        .await;
+    assert_eq!(answer.status, 400);
+    assert_eq!(body(&answer)["errors"][0]["path"], "$[2].payload.email");
+    assert!(sink.is_empty(), "all or nothing");
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_idempotency_key_answers_the_first_uuid() {
+    let sink = Arc::new(conversion_gateway::MemoryEventSink::new());
+    let stores = Stores {
+        events: sink.clone(),
+        ..Stores::in_memory()
+    };
+    let t = Intake::with_stores(stores).await;
+    let query = format!("api_key={}", t.api_key);
+    let event = conversion_body("lead@example.com").to_string();
+    let first = t
+        .conversion(
+            &query,
+            event.as_bytes(),
+            "application/json",
+            Some("retry-1"),
+        )
+        .await;
+    let second = t
+        .conversion(
+            &query,
+            event.as_bytes(),
+            "application/json",
+            Some("retry-1"),
+        )
+        .await;
+    assert_eq!(first.status, 200);
+    assert_eq!(second.status, 200);
+    assert_eq!(body(&first)["event_uuid"], body(&second)["event_uuid"]);
+    assert_eq!(second.header("idempotent-replayed"), Some("true"));
+    assert_eq!(sink.len(), 1, "recorded once");
+
+    let other = conversion_body("other@example.com").to_string();
+    let answer = t
+        .conversion(
+            &query,
+            other.as_bytes(),
+            "application/json",
+            Some("retry-1"),
+        )
+        .await;
+    assert_error(&answer, 422, "IDEMPOTENCY_KEY_REUSED");
+    assert_eq!(sink.len(), 1);
+
+    let answer = t
+        .conversion(
+            &query,
+            event.as_bytes(),
+            "application/json",
+            Some("bad key"),
+        )
+        .await;
+    assert_error(&answer, 400, "INVALID_IDEMPOTENCY_KEY");
+}
+
+#[tokio::test]
+async fn idempotency_keys_expire_after_the_retention_window() {
+    let t = Intake::new().await;
+    let query = format!("api_key={}", t.api_key);
+    let event = conversion_body("lead@example.com").to_string();
+    let first = t
+        .conversion(&query, event.as_bytes(), "application/json", Some("k"))
+        .await;
+    t.f.clock.advance(time::Duration::hours(24));
+    let later = t
+        .conversion(&query, event.as_bytes(), "application/json", Some("k"))
+        .await;
+    assert_ne!(body(&first)["event_uuid"], body(&later)["event_uuid"]);
+}
+
+#[tokio::test]
+async fn a_failing_sink_answers_503_without_a_uuid() {
+    let stores = Stores {
+        events: Arc::new(DownStore),
+        ..Stores::in_memory()
+    };
+    let t = Intake::with_stores(stores).await;
+    let answer = t.send(&conversion_body("lead@example.com")).await;
+    assert_error(&answer, 503, "SERVICE_UNAVAILABLE");
+    let text = String::from_utf8(answer.body_bytes()).unwrap();
+    assert!(!text.contains("event_uuid"));
+    assert!(!text.contains("db.internal"), "no internal detail");
+}

@@ -1,0 +1,577 @@
+//! The PostgreSQL store keeps the storage contract, concurrency included,
+//! also between two connection pools (two server instances); keeps what it
+//! acknowledged across a restart; and reports a dead backend as
+//! `StoreError::Backend`.
+//!
+//! The tests need a PostgreSQL server, named by `DATABASE_URL`. Each test
+//! works in a schema of its own, dropped at its end, so they run in
+//! parallel and repeatedly against one database.
+#![cfg(all(feature = "test-util", feature = "postgres"))]
+
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use conversion_gateway::conformance;
+use conversion_gateway::{
+    AccessToken, AccessTokenRecord, AccountId, AuthorizationCode, ClientId, CodeRecord, CodeTake,
+    EventSink, EventSubmission, Grant, GrantId, IdempotencyClaim, IntakeChannel, OsRandom, PgStore,
+    PgStoreOptions, RecordOutcome, RecordedEvent, RefreshState, RefreshToken, RefreshTokenRecord,
+    Rotation, SecretHasher, StoreError, TokenStore, random_uuid,
+};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use time::macros::datetime;
+
+const NO_DATABASE: &str = "\
+DATABASE_URL is not set: the PostgreSQL store tests need a server. Start one, e.g.
+    docker run --rm -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test -p 5432:5432 postgres:16
+(or install your distribution's postgresql package and create a database `test`), then
+    export DATABASE_URL=postgres://postgres@127.0.0.1:5432/test
+and run the tests again.";
+
+fn database_url() -> String {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!("{NO_DATABASE}"),
+    }
+}
+
+/// A schema of one test's own on the server at `DATABASE_URL`.
+#[derive(Clone)]
+struct TestSchema {
+    url: String,
+    name: String,
+}
+
+impl TestSchema {
+    /// A new pool whose connections work in this schema, as a separate
+    /// server instance would have.
+    async fn pool(&self) -> PgPool {
+        let options = PgConnectOptions::from_str(&self.url)
+            .expect("DATABASE_URL must be a postgres:// address")
+            .options([("search_path", self.name.as_str())]);
+        PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .expect("connect to DATABASE_URL")
+    }
+
+    async fn store_with(&self, options: PgStoreOptions) -> Arc<PgStore> {
+        let store = PgStore::from_pool_with(self.pool().await, options)
+            .await
+            .expect("open the PostgreSQL store");
+        Arc::new(store)
+    }
+
+    async fn store(&self) -> Arc<PgStore> {
+        self.store_with(PgStoreOptions::default()).await
+    }
+}
+
+fn without_group_commit() -> PgStoreOptions {
+    PgStoreOptions {
+        group_commit: false,
+        ..PgStoreOptions::default()
+    }
+}
+
+/// Runs `test` in a fresh schema and drops the schema afterwards, whether
+/// the test passed or not.
+async fn in_schema<F, Fut>(test: F)
+where
+    F: FnOnce(TestSchema) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let url = database_url();
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&url)
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect to DATABASE_URL ({error}).\n{NO_DATABASE}"));
+    let name = format!("cg_test_{}", random_uuid(&OsRandom).simple());
+    sqlx::raw_sql(&format!("CREATE SCHEMA {name}"))
+        .execute(&admin)
+        .await
+        .expect("create the test schema");
+    let outcome = tokio::spawn(test(TestSchema {
+        url,
+        name: name.clone(),
+    }))
+    .await;
+    sqlx::raw_sql(&format!("DROP SCHEMA {name} CASCADE"))
+        .execute(&admin)
+        .await
+        .expect("drop the test schema");
+    admin.close().await;
+    if let Err(error) = outcome {
+        std::panic::resume_unwind(error.into_panic());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_token_store_keeps_the_contract() {
+    in_schema(|schema| async move {
+        conformance::check_token_store(schema.store().await).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_client_registry_keeps_the_contract() {
+    in_schema(|schema| async move {
+        conformance::check_client_registry(schema.store().await).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_account_store_keeps_the_contract() {
+    in_schema(|schema| async move {
+        conformance::check_account_store(schema.store().await).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_api_key_store_keeps_the_contract() {
+    in_schema(|schema| async move {
+        conformance::check_api_key_store(schema.store().await).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_event_sink_keeps_the_contract_with_group_commit() {
+    in_schema(|schema| async move {
+        conformance::check_event_sink(schema.store().await).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_event_sink_keeps_the_contract_one_commit_per_call() {
+    in_schema(|schema| async move {
+        conformance::check_event_sink(schema.store_with(without_group_commit()).await).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_keep_the_contract_together() {
+    in_schema(|schema| async move {
+        let first = schema.store().await;
+        let second = schema.store_with(without_group_commit()).await;
+        tokio::join!(
+            conformance::check_token_store(first.clone()),
+            conformance::check_token_store(second.clone()),
+            conformance::check_api_key_store(first.clone()),
+            conformance::check_api_key_store(second.clone()),
+            conformance::check_event_sink(first),
+            conformance::check_event_sink(second),
+        );
+    })
+    .await;
+}
+
+fn hasher() -> SecretHasher {
+    SecretHasher::new([5; 32])
+}
+
+fn grant() -> Grant {
+    Grant {
+        id: GrantId(random_uuid(&OsRandom)),
+        client_id: ClientId::generate(&OsRandom),
+        account_id: AccountId(random_uuid(&OsRandom)),
+        created_at: datetime!(2026-03-01 12:00:00 UTC),
+        revoked_at: None,
+    }
+}
+
+fn code(grant: &Grant) -> CodeRecord {
+    CodeRecord {
+        hash: AuthorizationCode::generate(&OsRandom).hash(&hasher()),
+        grant_id: grant.id,
+        client_id: grant.client_id.clone(),
+        account_id: grant.account_id,
+        redirect_uri: "https://app.example/cb".into(),
+        pkce: None,
+        issued_at: datetime!(2026-03-01 12:00:00 UTC),
+        expires_at: datetime!(2026-03-01 12:10:00 UTC),
+    }
+}
+
+fn access_token(grant: &Grant) -> AccessTokenRecord {
+    AccessTokenRecord {
+        hash: AccessToken::generate(&OsRandom).hash(&hasher()),
+        grant_id: grant.id,
+        client_id: grant.client_id.clone(),
+        account_id: grant.account_id,
+        issued_at: datetime!(2026-03-01 12:00:00.25 UTC),
+        expires_at: datetime!(2026-03-02 12:00:00.25 UTC),
+        revoked: false,
+    }
+}
+
+fn refresh_token(grant: &Grant) -> RefreshTokenRecord {
+    RefreshTokenRecord {
+        hash: RefreshToken::generate(&OsRandom).hash(&hasher()),
+        grant_id: grant.id,
+        client_id: grant.client_id.clone(),
+        account_id: grant.account_id,
+        issued_at: datetime!(2026-03-01 12:00:00 UTC),
+        expires_at: None,
+        state: RefreshState::Active,
+        revoked: false,
+    }
+}
+
+fn event(account: AccountId, n: usize) -> RecordedEvent {
+    RecordedEvent {
+        event_uuid: random_uuid(&OsRandom),
+        account_id: account,
+        received_at: datetime!(2026-03-01 12:00:00.123456 UTC),
+        event_type: "CONVERSION".into(),
+        event_family: "CDP".into(),
+        conversion_identifier: format!("pg-{n}"),
+        email: format!("lead{n}@example.com"),
+        payload: serde_json::json!({
+            "conversion_identifier": format!("pg-{n}"),
+            "email": format!("lead{n}@example.com"),
+            "cf_score": 1.5,
+            "tags": ["x", "y"],
+            "nested": {"b": 1, "a": [true, null]},
+        }),
+        channel: IntakeChannel::Bearer {
+            client_id: ClientId::new("cgid_pg"),
+        },
+    }
+}
+
+fn single(event: RecordedEvent) -> EventSubmission {
+    EventSubmission {
+        events: vec![event],
+        batch_uuid: None,
+        idempotency: None,
+    }
+}
+
+/// How many tasks race in the two-instance checks.
+const RACERS: usize = 32;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_pools_racing_on_one_code_let_exactly_one_take_it() {
+    in_schema(|schema| async move {
+        let instances = [schema.store().await, schema.store().await];
+        let grant = grant();
+        instances[0]
+            .insert_grant(&grant)
+            .await
+            .expect("insert_grant");
+        for round in 0..5 {
+            let code = code(&grant);
+            instances[round % 2]
+                .insert_code(&code)
+                .await
+                .expect("insert_code");
+            let tasks: Vec<_> = (0..RACERS)
+                .map(|i| {
+                    let store = instances[i % 2].clone();
+                    let hash = code.hash;
+                    tokio::spawn(async move { store.take_code(&hash).await })
+                })
+                .collect();
+            let mut taken = 0;
+            for task in tasks {
+                match task.await.expect("task").expect("take_code") {
+                    CodeTake::Taken(record) => {
+                        assert_eq!(record, code);
+                        taken += 1;
+                    }
+                    CodeTake::AlreadyTaken { grant_id, .. } => assert_eq!(grant_id, grant.id),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            assert_eq!(taken, 1, "exactly one server instance may take a code");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_pools_racing_on_one_refresh_token_let_exactly_one_rotate_it() {
+    in_schema(|schema| async move {
+        let instances = [schema.store().await, schema.store().await];
+        let grant = grant();
+        instances[0]
+            .insert_grant(&grant)
+            .await
+            .expect("insert_grant");
+        for round in 0..5 {
+            let token = refresh_token(&grant);
+            instances[round % 2]
+                .insert_refresh_token(&token)
+                .await
+                .expect("insert_refresh_token");
+            let successors: Vec<_> = (0..RACERS).map(|_| refresh_token(&grant)).collect();
+            let tasks: Vec<_> = successors
+                .iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, successor)| {
+                    let store = instances[i % 2].clone();
+                    let old = token.hash;
+                    let at = datetime!(2026-03-01 13:00:00 UTC);
+                    tokio::spawn(
+                        async move { store.rotate_refresh_token(&old, &successor, at).await },
+                    )
+                })
+                .collect();
+            let mut winners = Vec::new();
+            let mut named = Vec::new();
+            for (task, successor) in tasks.into_iter().zip(&successors) {
+                match task.await.expect("task").expect("rotate") {
+                    Rotation::Rotated => winners.push(successor.hash),
+                    Rotation::AlreadyRotated { successor, .. } => named.push(successor),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            assert_eq!(winners.len(), 1, "exactly one server instance may rotate");
+            assert!(named.iter().all(|hash| *hash == winners[0]));
+            let mut stored = 0;
+            for successor in &successors {
+                if instances[1]
+                    .find_refresh_token(&successor.hash)
+                    .await
+                    .expect("find")
+                    .is_some()
+                {
+                    stored += 1;
+                }
+            }
+            assert_eq!(stored, 1, "only the winner's successor is stored");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_pools_racing_with_one_idempotency_key_record_once() {
+    in_schema(|schema| async move {
+        let instances = [
+            schema.store().await,
+            schema.store_with(without_group_commit()).await,
+        ];
+        let account = AccountId(random_uuid(&OsRandom));
+        let key = format!("race-{}", random_uuid(&OsRandom));
+        let submissions: Vec<_> = (0..RACERS)
+            .map(|n| EventSubmission {
+                events: vec![event(account, n)],
+                batch_uuid: None,
+                idempotency: Some(IdempotencyClaim {
+                    account_id: account,
+                    key: key.clone(),
+                    fingerprint: [4; 32],
+                    created_at: datetime!(2026-03-01 12:00:00 UTC),
+                    expires_at: datetime!(2026-03-02 12:00:00 UTC),
+                }),
+            })
+            .collect();
+        let tasks: Vec<_> = submissions
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, submission)| {
+                let store = instances[i % 2].clone();
+                tokio::spawn(async move { store.record(&submission).await })
+            })
+            .collect();
+        let mut recorded = Vec::new();
+        let mut replayed = Vec::new();
+        for (task, submission) in tasks.into_iter().zip(&submissions) {
+            match task.await.expect("task").expect("record") {
+                RecordOutcome::Recorded => recorded.push(submission.events[0].event_uuid),
+                RecordOutcome::Replayed { event_uuids, .. } => replayed.push(event_uuids),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(recorded.len(), 1, "exactly one instance may record");
+        assert!(replayed.iter().all(|uuids| uuids == &recorded));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_submission_does_not_fail_its_group() {
+    in_schema(|schema| async move {
+        let store = schema.store().await;
+        let account = AccountId(random_uuid(&OsRandom));
+        let existing = event(account, 0);
+        store
+            .record(&single(existing.clone()))
+            .await
+            .expect("record");
+        // Every other submission repeats a recorded uuid: those fail, and
+        // the ones queued beside them in a group must still be recorded.
+        let submissions: Vec<_> = (0..64)
+            .map(|n| {
+                if n % 2 == 0 {
+                    single(existing.clone())
+                } else {
+                    EventSubmission {
+                        events: vec![event(account, n), event(account, n + 1000)],
+                        batch_uuid: Some(random_uuid(&OsRandom)),
+                        idempotency: None,
+                    }
+                }
+            })
+            .collect();
+        let tasks: Vec<_> = submissions
+            .iter()
+            .cloned()
+            .map(|submission| {
+                let store = store.clone();
+                tokio::spawn(async move { store.record(&submission).await })
+            })
+            .collect();
+        for (n, (task, submission)) in tasks.into_iter().zip(&submissions).enumerate() {
+            let outcome = task.await.expect("task");
+            if n % 2 == 0 {
+                assert!(
+                    matches!(outcome, Err(StoreError::Duplicate { what: "event" })),
+                    "a repeated uuid is a duplicate, got {outcome:?}"
+                );
+            } else {
+                assert_eq!(outcome.expect("record"), RecordOutcome::Recorded);
+                for event in &submission.events {
+                    assert_eq!(
+                        store.find_event(event.event_uuid).await.expect("find"),
+                        Some(event.clone())
+                    );
+                }
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_and_events_survive_a_restart() {
+    in_schema(|schema| async move {
+        let store = schema.store().await;
+        let grant = grant();
+        store.insert_grant(&grant).await.expect("insert_grant");
+        let tokens: Vec<_> = (0..10).map(|_| access_token(&grant)).collect();
+        for token in &tokens {
+            store.insert_access_token(token).await.expect("insert");
+        }
+        let account = AccountId(random_uuid(&OsRandom));
+        let events: Vec<_> = (0..10).map(|n| event(account, n)).collect();
+        let tasks: Vec<_> = events
+            .iter()
+            .cloned()
+            .map(|event| {
+                let store = store.clone();
+                tokio::spawn(async move { store.record(&single(event)).await })
+            })
+            .collect();
+        for task in tasks {
+            assert_eq!(
+                task.await.expect("task").expect("record"),
+                RecordOutcome::Recorded
+            );
+        }
+        store.close().await;
+        drop(store);
+
+        // A new pool on the same database: a restarted server instance.
+        let restarted = schema.store().await;
+        assert_eq!(
+            restarted.find_grant(grant.id).await.expect("find"),
+            Some(grant)
+        );
+        for token in &tokens {
+            assert_eq!(
+                restarted
+                    .find_access_token(&token.hash)
+                    .await
+                    .expect("find"),
+                Some(token.clone()),
+                "an acknowledged token is kept across a restart"
+            );
+        }
+        for event in &events {
+            assert_eq!(
+                restarted.find_event(event.event_uuid).await.expect("find"),
+                Some(event.clone()),
+                "an acknowledged event is kept across a restart"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instances_starting_together_migrate_once() {
+    in_schema(|schema| async move {
+        let (a, b, c) = tokio::join!(schema.store(), schema.store(), schema.store());
+        let grant = grant();
+        a.insert_grant(&grant).await.expect("insert_grant");
+        assert!(b.find_grant(grant.id).await.expect("find").is_some());
+        assert!(c.find_grant(grant.id).await.expect("find").is_some());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_database_is_a_backend_error() {
+    // Port 1 on the loopback: nothing listens, connections are refused.
+    let options = PgStoreOptions {
+        acquire_timeout: Duration::from_millis(500),
+        ..PgStoreOptions::default()
+    };
+    let result = PgStore::connect_with("postgres://postgres@127.0.0.1:1/test", options).await;
+    assert!(
+        matches!(result, Err(StoreError::Backend { .. })),
+        "got {result:?}"
+    );
+
+    let result = PgStore::connect("not a postgres address").await;
+    assert!(matches!(result, Err(StoreError::Backend { .. })));
+
+    // A lazily connecting pool fails on first use, in the migrations.
+    let lazy = PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("postgres://postgres@127.0.0.1:1/test")
+        .expect("a lazy pool");
+    let result = PgStore::from_pool(lazy).await;
+    assert!(matches!(result, Err(StoreError::Backend { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_closed_pool_is_a_backend_error_never_a_panic() {
+    in_schema(|schema| async move {
+        for options in [PgStoreOptions::default(), without_group_commit()] {
+            let store = schema.store_with(options).await;
+            store.close().await;
+            let grant = grant();
+            assert!(matches!(
+                store.insert_grant(&grant).await,
+                Err(StoreError::Backend { .. })
+            ));
+            assert!(matches!(
+                store.take_code(&code(&grant).hash).await,
+                Err(StoreError::Backend { .. })
+            ));
+            let outcome = store.record(&single(event(grant.account_id, 0))).await;
+            assert!(
+                matches!(outcome, Err(StoreError::Backend { .. })),
+                "got {outcome:?}"
+            );
+        }
+    })
+    .await;
+}

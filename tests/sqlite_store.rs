@@ -1,0 +1,298 @@
+//! The SQLite store keeps the storage contract, concurrency included, keeps
+//! what it acknowledged across a restart, and reports a dead backend as
+//! `StoreError::Backend`.
+#![cfg(all(feature = "test-util", feature = "sqlite"))]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use conversion_gateway::conformance;
+use conversion_gateway::{
+    AccessToken, AccessTokenRecord, AccountId, ClientId, EventSink, EventSubmission, Grant,
+    GrantId, IntakeChannel, OsRandom, RecordOutcome, RecordedEvent, SecretHasher, SqliteStore,
+    StoreError, TokenStore, random_uuid,
+};
+use time::macros::datetime;
+
+/// A fresh directory under the system's temporary directory, removed when
+/// dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "cg-sqlite-test-{}",
+            random_uuid(&OsRandom).simple()
+        ));
+        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        Self(path)
+    }
+
+    fn file(&self) -> PathBuf {
+        self.0.join("gateway.db")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn file_store(dir: &TempDir) -> Arc<SqliteStore> {
+    Arc::new(
+        SqliteStore::open(dir.file())
+            .await
+            .expect("open the SQLite store"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_token_store_keeps_the_contract() {
+    let dir = TempDir::new();
+    conformance::check_token_store(file_store(&dir).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_client_registry_keeps_the_contract() {
+    let dir = TempDir::new();
+    conformance::check_client_registry(file_store(&dir).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_account_store_keeps_the_contract() {
+    let dir = TempDir::new();
+    conformance::check_account_store(file_store(&dir).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_api_key_store_keeps_the_contract() {
+    let dir = TempDir::new();
+    conformance::check_api_key_store(file_store(&dir).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_event_sink_keeps_the_contract() {
+    let dir = TempDir::new();
+    conformance::check_event_sink(file_store(&dir).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_memory_sqlite_keeps_the_contract() {
+    let store = Arc::new(SqliteStore::open_in_memory().await.expect("open"));
+    conformance::check_token_store(store.clone()).await;
+    conformance::check_client_registry(store.clone()).await;
+    conformance::check_account_store(store.clone()).await;
+    conformance::check_api_key_store(store.clone()).await;
+    conformance::check_event_sink(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_on_one_file_keep_the_contract_together() {
+    // Two stores on one file stand for two processes: atomicity must come
+    // from SQLite's locks, not from the one writer connection of a store.
+    let dir = TempDir::new();
+    let first = file_store(&dir).await;
+    let second = file_store(&dir).await;
+    let (a, b) = tokio::join!(
+        conformance::check_token_store(first.clone()),
+        conformance::check_token_store(second.clone()),
+    );
+    let ((), ()) = (a, b);
+    conformance::check_api_key_store(first).await;
+    conformance::check_event_sink(second).await;
+}
+
+fn grant() -> Grant {
+    Grant {
+        id: GrantId(random_uuid(&OsRandom)),
+        client_id: ClientId::generate(&OsRandom),
+        account_id: AccountId(random_uuid(&OsRandom)),
+        created_at: datetime!(2026-03-01 12:00:00 UTC),
+        revoked_at: None,
+    }
+}
+
+fn access_token(grant: &Grant) -> AccessTokenRecord {
+    AccessTokenRecord {
+        hash: AccessToken::generate(&OsRandom).hash(&SecretHasher::new([3; 32])),
+        grant_id: grant.id,
+        client_id: grant.client_id.clone(),
+        account_id: grant.account_id,
+        issued_at: datetime!(2026-03-01 12:00:00.25 UTC),
+        expires_at: datetime!(2026-03-02 12:00:00.25 UTC),
+        revoked: false,
+    }
+}
+
+fn event(account: AccountId, n: usize) -> RecordedEvent {
+    RecordedEvent {
+        event_uuid: random_uuid(&OsRandom),
+        account_id: account,
+        received_at: datetime!(2026-03-01 12:00:00.123456 UTC),
+        event_type: "CONVERSION".into(),
+        event_family: "CDP".into(),
+        conversion_identifier: format!("restart-{n}"),
+        email: format!("lead{n}@example.com"),
+        payload: serde_json::json!({
+            "conversion_identifier": format!("restart-{n}"),
+            "email": format!("lead{n}@example.com"),
+            "cf_score": 1.5,
+            "tags": ["x"],
+        }),
+        channel: IntakeChannel::ApiKey,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_and_events_survive_a_restart() {
+    let dir = TempDir::new();
+    let store = file_store(&dir).await;
+    let grant = grant();
+    store.insert_grant(&grant).await.expect("insert_grant");
+    let tokens: Vec<_> = (0..10).map(|_| access_token(&grant)).collect();
+    for token in &tokens {
+        store.insert_access_token(token).await.expect("insert");
+    }
+    let account = AccountId(random_uuid(&OsRandom));
+    let events: Vec<_> = (0..10).map(|n| event(account, n)).collect();
+    for event in &events {
+        let submission = EventSubmission {
+            events: vec![event.clone()],
+            batch_uuid: None,
+            idempotency: None,
+        };
+        assert_eq!(
+            store.record(&submission).await.expect("record"),
+            RecordOutcome::Recorded
+        );
+    }
+    store.close().await;
+    drop(store);
+
+    let reopened = file_store(&dir).await;
+    assert_eq!(
+        reopened.find_grant(grant.id).await.expect("find"),
+        Some(grant)
+    );
+    for token in &tokens {
+        assert_eq!(
+            reopened.find_access_token(&token.hash).await.expect("find"),
+            Some(token.clone()),
+            "an acknowledged token is kept across a restart"
+        );
+    }
+    for event in &events {
+        assert_eq!(
+            reopened.find_event(event.event_uuid).await.expect("find"),
+            Some(event.clone()),
+            "an acknowledged event is kept across a restart"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_submission_does_not_fail_its_group() {
+    let dir = TempDir::new();
+    let store = file_store(&dir).await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let existing = event(account, 0);
+    let single = |event: RecordedEvent| EventSubmission {
+        events: vec![event],
+        batch_uuid: None,
+        idempotency: None,
+    };
+    store
+        .record(&single(existing.clone()))
+        .await
+        .expect("record");
+    // Every other submission repeats a recorded uuid: those fail, and the
+    // ones committed in the same group must still be recorded.
+    let submissions: Vec<_> = (0..64)
+        .map(|n| {
+            if n % 2 == 0 {
+                single(existing.clone())
+            } else {
+                EventSubmission {
+                    events: vec![event(account, n), event(account, n + 1000)],
+                    batch_uuid: Some(random_uuid(&OsRandom)),
+                    idempotency: None,
+                }
+            }
+        })
+        .collect();
+    let tasks: Vec<_> = submissions
+        .iter()
+        .cloned()
+        .map(|submission| {
+            let store = store.clone();
+            tokio::spawn(async move { store.record(&submission).await })
+        })
+        .collect();
+    for (n, (task, submission)) in tasks.into_iter().zip(&submissions).enumerate() {
+        let outcome = task.await.expect("task");
+        if n % 2 == 0 {
+            assert!(
+                matches!(outcome, Err(StoreError::Duplicate { what: "event" })),
+                "a repeated uuid is a duplicate, got {outcome:?}"
+            );
+        } else {
+            assert_eq!(outcome.expect("record"), RecordOutcome::Recorded);
+            for event in &submission.events {
+                assert_eq!(
+                    store.find_event(event.event_uuid).await.expect("find"),
+                    Some(event.clone())
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_closed_store_fails_with_backend_errors() {
+    let dir = TempDir::new();
+    let store = file_store(&dir).await;
+    store.close().await;
+    let grant = grant();
+    assert!(matches!(
+        store.insert_grant(&grant).await,
+        Err(StoreError::Backend { .. })
+    ));
+    assert!(matches!(
+        store.find_grant(grant.id).await,
+        Err(StoreError::Backend { .. })
+    ));
+    let submission = EventSubmission {
+        events: vec![event(grant.account_id, 0)],
+        batch_uuid: None,
+        idempotency: None,
+    };
+    assert!(matches!(
+        store.record(&submission).await,
+        Err(StoreError::Backend { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unopenable_file_is_a_backend_error() {
+    let dir = TempDir::new();
+    let result = SqliteStore::open(dir.0.join("missing-directory").join("gateway.db")).await;
+    assert!(matches!(result, Err(StoreError::Backend { .. })));
+
+    let not_a_database = dir.0.join("not-a-database.db");
+    std::fs::write(&not_a_database, vec![b'x'; 4096]).expect("write");
+    let result = SqliteStore::open(&not_a_database).await;
+    assert!(matches!(result, Err(StoreError::Backend { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opening_twice_applies_the_migrations_once() {
+    let dir = TempDir::new();
+    let (first, second) =
+        tokio::join!(SqliteStore::open(dir.file()), SqliteStore::open(dir.file()));
+    first.expect("first open");
+    second.expect("second open");
+    let third = file_store(&dir).await;
+    let grant = grant();
+    third.insert_grant(&grant).await.expect("insert_grant");
+}

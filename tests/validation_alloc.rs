@@ -1,0 +1,76 @@
+//! Heap allocations made while validating conversion events.
+//!
+//! Linking `allocation-counter` installs its counting global allocator in this
+//! test binary only; it counts per thread, so the test harness's own threads
+//! never enter a measurement.
+
+use conversion_gateway::{ConversionLimits, validate_batch, validate_conversion};
+
+/// The allocations made by `f` on this thread, and what it returned.
+fn allocations_during<R>(f: impl FnOnce() -> R) -> (u64, R) {
+    let mut result = None;
+    let info = allocation_counter::measure(|| result = Some(f()));
+    match result {
+        Some(result) => (info.count_total, result),
+        None => unreachable!("measure runs its closure"),
+    }
+}
+
+// The bodies the benchmark measures (benches/validation.rs).
+const MINIMAL: &[u8] = include_bytes!("../benches/data/minimal.json");
+const TYPICAL: &[u8] = include_bytes!("../benches/data/typical.json");
+const FULL: &[u8] = include_bytes!("../benches/data/full.json");
+const INVALID: &[u8] = include_bytes!("../benches/data/invalid.json");
+const CUSTOM_FIELDS: &[&str] = &[
+    "plan",
+    "company_size",
+    "industry",
+    "lead_source_detail",
+    "preferred_contact_time",
+    "segment",
+    "score",
+];
+
+// One test function: the counter is per thread, so this only keeps the
+// warm-up below in front of every measurement.
+#[test]
+fn validation_allocates_nothing_for_valid_events_and_little_for_invalid_ones() {
+    let limits = ConversionLimits::default();
+    // The counter counts itself: a measurement that allocates must not pass.
+    let (allocations, _) = allocations_during(|| std::hint::black_box(Box::new(1u8)));
+    assert_eq!(allocations, 1, "the counting allocator is not installed");
+    // Anything lazily initialised on first use is initialised here, uncounted.
+    for body in [MINIMAL, TYPICAL, FULL, INVALID] {
+        let _ = validate_conversion(body, CUSTOM_FIELDS, &limits);
+    }
+
+    for (name, body) in [("minimal", MINIMAL), ("typical", TYPICAL), ("full", FULL)] {
+        let (allocations, result) =
+            allocations_during(|| validate_conversion(body, CUSTOM_FIELDS, &limits));
+        let event = result.unwrap_or_else(|errors| panic!("{name} must be valid: {errors}"));
+        assert_eq!(allocations, 0, "{name}: allocations while validating");
+        // Reading the event back allocates nothing either.
+        let (allocations, tags) = allocations_during(|| event.tags().count());
+        assert_eq!(allocations, 0, "{name}: allocations while reading tags");
+        assert!(name == "minimal" || tags >= 3);
+        println!("{name}: {allocations} allocations");
+    }
+
+    let (allocations, result) =
+        allocations_during(|| validate_conversion(INVALID, CUSTOM_FIELDS, &limits));
+    let errors = result.expect_err("the invalid body has three errors");
+    assert_eq!(errors.errors().len(), 3, "{}", errors.to_body());
+    assert!(
+        allocations <= 3,
+        "invalid event: {allocations} allocations for 3 errors"
+    );
+    println!("invalid (3 errors): {allocations} allocations");
+
+    // A batch allocates its vector of events, and nothing per event.
+    let batch = [&b"["[..], TYPICAL, b",", FULL, b",", MINIMAL, b"]"].concat();
+    let (allocations, result) =
+        allocations_during(|| validate_batch(&batch, CUSTOM_FIELDS, &limits));
+    assert_eq!(result.map(|events| events.len()).ok(), Some(3));
+    assert!(allocations <= 3, "batch of 3: {allocations} allocations");
+    println!("batch of 3: {allocations} allocations");
+}
