@@ -139,14 +139,14 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{GatewayConfig, RefreshPolicy};
 pub use dialog::{AuthorizationRequest, DialogError};
 pub use event::{EventSubmission, IdempotencyClaim, IntakeChannel, RecordOutcome, RecordedEvent};
-pub use grant::{Grant, GrantId};
 pub use gateway::{Gateway, Stores};
+pub use grant::{Grant, GrantId};
 pub use http::{AnswerBody, HttpAnswer};
 pub use intake::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
 pub use lifecycle::{
-    AccessRefusal, Caller, RotatedUse, access_token_record, check_access_token, check_code_exchange,
-    check_refresh_token, is_active, is_pkce_value, judge_rotated_use, pkce_matches,
-    refresh_token_record,
+    AccessRefusal, Caller, RotatedUse, access_token_record, check_access_token,
+    check_code_exchange, check_refresh_token, is_active, is_pkce_value, judge_rotated_use,
+    pkce_matches, refresh_token_record,
 };
 pub use memory::{
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
