@@ -28,20 +28,22 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Connection as _, Executor as _, Postgres, Row};
+use sqlx::{Connection as _, Executor as _, Postgres};
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::sql::{
-    GroupQueue, Job, Migration, RECORD, answer, backend, channel_from_json, channel_to_json,
-    fingerprint_from_column, hash_from_column, insert_failed, malformed,
+    self, GroupQueue, Job, Migration, RECORD, RecordColumns, access_from, account_from, answer,
+    api_key_from, backend, channel_to_json, client_from, code_from, code_tombstone, event_from,
+    find_row, grant_from, insert_failed, insert_row, refresh_from, replay_or_reuse,
+    rotation_refused,
 };
 use crate::{
     AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
     Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink, EventSubmission, Grant,
-    GrantId, PkceChallenge, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord,
-    Rotation, SecretHash, StoreError, TokenStore,
+    GrantId, RecordOutcome, RecordedEvent, RefreshTokenRecord, Rotation, SecretHash, StoreError,
+    TokenStore,
 };
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
@@ -240,140 +242,84 @@ async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
     tx.commit().await.map_err(backend(ACTION))
 }
 
-/// Reads the columns of one row into record fields, naming `action` in any
-/// failure.
-struct Columns<'r> {
-    row: &'r PgRow,
-    action: &'static str,
-}
+/// A row of PostgreSQL, whose columns all have native types (UUID,
+/// TIMESTAMPTZ, BYTEA, arrays, JSONB) that sqlx decodes as the values
+/// themselves.
+type Columns = sql::Columns<PgRow>;
 
-impl<'r> Columns<'r> {
-    fn new(row: &'r PgRow, action: &'static str) -> Self {
-        Self { row, action }
+impl RecordColumns for Columns {
+    fn action(&self) -> &'static str {
+        self.action
     }
 
-    fn get<T>(&self, column: &'static str) -> Result<T, StoreError>
-    where
-        T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
-    {
-        self.row.try_get(column).map_err(backend(self.action))
+    fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
+        self.get(column)
     }
 
-    fn hash(&self, column: &'static str) -> Result<SecretHash, StoreError> {
-        hash_from_column(self.get(column)?, self.action, column)
+    fn optional_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
+        self.get(column)
     }
 
-    fn refresh_state(&self) -> Result<RefreshState, StoreError> {
-        let at: Option<OffsetDateTime> = self.get("rotated_at")?;
-        let successor: Option<Vec<u8>> = self.get("successor")?;
-        Ok(match (at, successor) {
-            (Some(at), Some(successor)) => RefreshState::Rotated {
-                at,
-                successor: hash_from_column(successor, self.action, "successor")?,
-            },
-            // The table's CHECK keeps both set or both unset.
-            (None, None) => RefreshState::Active,
-            _ => return Err(malformed(self.action, "successor")),
-        })
+    fn uuids(&self, column: &'static str) -> Result<Vec<Uuid>, StoreError> {
+        self.get(column)
+    }
+
+    fn time(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_time(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError> {
+        self.get(column)
+    }
+
+    fn text(&self, column: &'static str) -> Result<String, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_text(&self, column: &'static str) -> Result<Option<String>, StoreError> {
+        self.get(column)
+    }
+
+    fn flag(&self, column: &'static str) -> Result<bool, StoreError> {
+        self.get(column)
+    }
+
+    fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_bytes(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(column)
+    }
+
+    fn strings(&self, column: &'static str) -> Result<Vec<String>, StoreError> {
+        self.get(column)
+    }
+
+    fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
+        self.get(column)
     }
 }
 
-fn grant_from_row(row: &PgRow) -> Result<Grant, StoreError> {
-    let c = Columns::new(row, "read a grant");
-    Ok(Grant {
-        id: GrantId(c.get("id")?),
-        client_id: ClientId::new(c.get::<String>("client_id")?),
-        account_id: AccountId(c.get("account_id")?),
-        created_at: c.get("created_at")?,
-        revoked_at: c.get("revoked_at")?,
-    })
-}
+/// A statement with its arguments bound.
+type Statement<'q> = sql::Statement<'q, Postgres>;
 
-fn code_from_row(row: &PgRow, hash: SecretHash) -> Result<CodeRecord, StoreError> {
-    let c = Columns::new(row, "take an authorization code");
-    Ok(CodeRecord {
-        hash,
-        grant_id: GrantId(c.get("grant_id")?),
-        client_id: ClientId::new(c.get::<String>("client_id")?),
-        account_id: AccountId(c.get("account_id")?),
-        redirect_uri: c.get("redirect_uri")?,
-        pkce: c
-            .get::<Option<String>>("pkce_challenge")?
-            .map(|challenge| PkceChallenge { challenge }),
-        issued_at: c.get("issued_at")?,
-        expires_at: c.get("expires_at")?,
-    })
-}
-
-fn access_from_row(row: &PgRow, hash: SecretHash) -> Result<AccessTokenRecord, StoreError> {
-    let c = Columns::new(row, "read an access token");
-    Ok(AccessTokenRecord {
-        hash,
-        grant_id: GrantId(c.get("grant_id")?),
-        client_id: ClientId::new(c.get::<String>("client_id")?),
-        account_id: AccountId(c.get("account_id")?),
-        issued_at: c.get("issued_at")?,
-        expires_at: c.get("expires_at")?,
-        revoked: c.get("revoked")?,
-    })
-}
-
-fn refresh_from_row(row: &PgRow, hash: SecretHash) -> Result<RefreshTokenRecord, StoreError> {
-    let c = Columns::new(row, "read a refresh token");
-    Ok(RefreshTokenRecord {
-        hash,
-        grant_id: GrantId(c.get("grant_id")?),
-        client_id: ClientId::new(c.get::<String>("client_id")?),
-        account_id: AccountId(c.get("account_id")?),
-        issued_at: c.get("issued_at")?,
-        expires_at: c.get("expires_at")?,
-        state: c.refresh_state()?,
-        revoked: c.get("revoked")?,
-    })
-}
-
-fn account_from_row(row: &PgRow) -> Result<Account, StoreError> {
-    let c = Columns::new(row, "read an account");
-    Ok(Account {
-        id: AccountId(c.get("id")?),
-        name: c.get("name")?,
-        email: c.get("email")?,
-        password_hash: c.get("password_hash")?,
-        custom_fields: c.get("custom_fields")?,
-    })
-}
-
-fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord, StoreError> {
-    let c = Columns::new(row, "read an api key");
-    Ok(ApiKeyRecord {
-        id: ApiKeyId(c.get("id")?),
-        account_id: AccountId(c.get("account_id")?),
-        hash: c.hash("hash")?,
-        label: c.get("label")?,
-        active: c.get("active")?,
-        created_at: c.get("created_at")?,
-    })
-}
-
-fn event_from_row(row: &PgRow) -> Result<RecordedEvent, StoreError> {
-    let c = Columns::new(row, "read an event");
-    Ok(RecordedEvent {
-        event_uuid: c.get("event_uuid")?,
-        account_id: AccountId(c.get("account_id")?),
-        received_at: c.get("received_at")?,
-        event_type: c.get("event_type")?,
-        event_family: c.get("event_family")?,
-        conversion_identifier: c.get("conversion_identifier")?,
-        email: c.get("email")?,
-        payload: c.get("payload")?,
-        channel: channel_from_json(c.get("channel")?, c.action)?,
-    })
+/// Binds a refresh token's `hash, grant_id, client_id, account_id,
+/// issued_at, expires_at`, in that order, after what `statement` has bound.
+fn bind_refresh<'q>(statement: Statement<'q>, token: &'q RefreshTokenRecord) -> Statement<'q> {
+    statement
+        .bind(token.hash.as_bytes().as_slice())
+        .bind(token.grant_id.0)
+        .bind(token.client_id.as_str())
+        .bind(token.account_id.0)
+        .bind(token.issued_at)
+        .bind(token.expires_at)
 }
 
 #[async_trait]
 impl TokenStore for PgStore {
     async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO grants (id, client_id, account_id, created_at, revoked_at)
              VALUES ($1, $2, $3, $4, $5)",
         )
@@ -381,24 +327,16 @@ impl TokenStore for PgStore {
         .bind(grant.client_id.as_str())
         .bind(grant.account_id.0)
         .bind(grant.created_at)
-        .bind(grant.revoked_at)
-        .execute(&self.pool)
-        .await
-        .map_err(insert_failed("grant", "insert a grant"))?;
-        Ok(())
+        .bind(grant.revoked_at);
+        insert_row(&self.pool, statement, "grant", "insert a grant").await
     }
 
     async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, client_id, account_id, created_at, revoked_at FROM grants WHERE id = $1",
         )
-        .bind(id.0)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend("read a grant"))?
-        .as_ref()
-        .map(grant_from_row)
-        .transpose()
+        .bind(id.0);
+        find_row(&self.pool, statement, "read a grant", grant_from).await
     }
 
     async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
@@ -414,7 +352,7 @@ impl TokenStore for PgStore {
     }
 
     async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO authorization_codes
                  (hash, grant_id, client_id, account_id, redirect_uri, pkce_challenge,
                   issued_at, expires_at)
@@ -427,14 +365,9 @@ impl TokenStore for PgStore {
         .bind(&code.redirect_uri)
         .bind(code.pkce.as_ref().map(|pkce| pkce.challenge.as_str()))
         .bind(code.issued_at)
-        .bind(code.expires_at)
-        .execute(&self.pool)
-        .await
-        .map_err(insert_failed(
-            "authorization code",
-            "insert an authorization code",
-        ))?;
-        Ok(())
+        .bind(code.expires_at);
+        let action = "insert an authorization code";
+        insert_row(&self.pool, statement, "authorization code", action).await
     }
 
     async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError> {
@@ -442,41 +375,28 @@ impl TokenStore for PgStore {
         // One conditional statement. A concurrent caller, on any connection
         // or server, waits for the row lock, then re-checks `NOT taken` on
         // the committed row and matches nothing.
-        let taken = sqlx::query(
+        let take = sqlx::query(
             "UPDATE authorization_codes SET taken = TRUE
              WHERE hash = $1 AND NOT taken
              RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
                        issued_at, expires_at",
         )
-        .bind(hash.as_bytes().as_slice())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend(ACTION))?;
-        if let Some(row) = taken {
-            return Ok(CodeTake::Taken(code_from_row(&row, *hash)?));
+        .bind(hash.as_bytes().as_slice());
+        if let Some(code) = find_row(&self.pool, take, ACTION, |c| code_from(c, *hash)).await? {
+            return Ok(CodeTake::Taken(code));
         }
         // Codes are never deleted and never untaken, so a row found now is
         // a tombstone.
         let tombstone =
             sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = $1")
-                .bind(hash.as_bytes().as_slice())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(backend(ACTION))?;
-        Ok(match tombstone {
-            None => CodeTake::NotFound,
-            Some(row) => {
-                let c = Columns::new(&row, ACTION);
-                CodeTake::AlreadyTaken {
-                    grant_id: GrantId(c.get("grant_id")?),
-                    client_id: ClientId::new(c.get::<String>("client_id")?),
-                }
-            }
-        })
+                .bind(hash.as_bytes().as_slice());
+        Ok(find_row(&self.pool, tombstone, ACTION, code_tombstone)
+            .await?
+            .unwrap_or(CodeTake::NotFound))
     }
 
     async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO access_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
              VALUES ($1, $2, $3, $4, $5, $6)",
         )
@@ -485,11 +405,9 @@ impl TokenStore for PgStore {
         .bind(token.client_id.as_str())
         .bind(token.account_id.0)
         .bind(token.issued_at)
-        .bind(token.expires_at)
-        .execute(&self.pool)
-        .await
-        .map_err(insert_failed("access token", "insert an access token"))?;
-        Ok(())
+        .bind(token.expires_at);
+        let action = "insert an access token";
+        insert_row(&self.pool, statement, "access token", action).await
     }
 
     async fn find_access_token(
@@ -499,55 +417,44 @@ impl TokenStore for PgStore {
         // `revoked` comes from the grant, so revoking the grant revokes every
         // token at once, those inserted later included. A token whose grant
         // is unknown cannot be traced to a live authorization: revoked.
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT a.grant_id, a.client_id, a.account_id, a.issued_at, a.expires_at,
                     (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
              FROM access_tokens a LEFT JOIN grants g ON g.id = a.grant_id
              WHERE a.hash = $1",
         )
-        .bind(hash.as_bytes().as_slice())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend("read an access token"))?
-        .map(|row| access_from_row(&row, *hash))
-        .transpose()
+        .bind(hash.as_bytes().as_slice());
+        let action = "read an access token";
+        find_row(&self.pool, statement, action, |c| access_from(c, *hash)).await
     }
 
     async fn insert_refresh_token(&self, token: &RefreshTokenRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO refresh_tokens
-                 (hash, grant_id, client_id, account_id, issued_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(token.hash.as_bytes().as_slice())
-        .bind(token.grant_id.0)
-        .bind(token.client_id.as_str())
-        .bind(token.account_id.0)
-        .bind(token.issued_at)
-        .bind(token.expires_at)
-        .execute(&self.pool)
-        .await
-        .map_err(insert_failed("refresh token", "insert a refresh token"))?;
-        Ok(())
+        let statement = bind_refresh(
+            sqlx::query(
+                "INSERT INTO refresh_tokens
+                     (hash, grant_id, client_id, account_id, issued_at, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            ),
+            token,
+        );
+        let action = "insert a refresh token";
+        insert_row(&self.pool, statement, "refresh token", action).await
     }
 
     async fn find_refresh_token(
         &self,
         hash: &SecretHash,
     ) -> Result<Option<RefreshTokenRecord>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT r.grant_id, r.client_id, r.account_id, r.issued_at, r.expires_at,
                     r.rotated_at, r.successor,
                     (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
              FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
              WHERE r.hash = $1",
         )
-        .bind(hash.as_bytes().as_slice())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend("read a refresh token"))?
-        .map(|row| refresh_from_row(&row, *hash))
-        .transpose()
+        .bind(hash.as_bytes().as_slice());
+        let action = "read a refresh token";
+        find_row(&self.pool, statement, action, |c| refresh_from(c, *hash)).await
     }
 
     async fn rotate_refresh_token(
@@ -565,7 +472,7 @@ impl TokenStore for PgStore {
             // UPDATE marked, and the UPDATE marks only an active token of a
             // live grant. Concurrent callers queue on the row lock and
             // re-check `rotated_at IS NULL` on the committed row: one wins.
-            let rotated = sqlx::query(
+            let rotate = sqlx::query(
                 "WITH rotated AS (
                      UPDATE refresh_tokens r SET rotated_at = $2, successor = $3
                      WHERE r.hash = $1 AND r.rotated_at IS NULL
@@ -578,16 +485,11 @@ impl TokenStore for PgStore {
                  SELECT $3, $4, $5, $6, $7, $8 FROM rotated",
             )
             .bind(old.as_bytes().as_slice())
-            .bind(at)
-            .bind(successor.hash.as_bytes().as_slice())
-            .bind(successor.grant_id.0)
-            .bind(successor.client_id.as_str())
-            .bind(successor.account_id.0)
-            .bind(successor.issued_at)
-            .bind(successor.expires_at)
-            .execute(&self.pool)
-            .await
-            .map_err(insert_failed("refresh token", ACTION))?;
+            .bind(at);
+            let rotated = bind_refresh(rotate, successor)
+                .execute(&self.pool)
+                .await
+                .map_err(insert_failed("refresh token", ACTION))?;
             if rotated.rows_affected() == 1 {
                 return Ok(Rotation::Rotated);
             }
@@ -597,19 +499,12 @@ impl TokenStore for PgStore {
                  FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
                  WHERE r.hash = $1",
             )
-            .bind(old.as_bytes().as_slice())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend(ACTION))?;
-            let Some(row) = current else {
-                return Ok(Rotation::NotFound);
-            };
-            let c = Columns::new(&row, ACTION);
-            if c.get::<bool>("revoked")? {
-                return Ok(Rotation::Revoked);
-            }
-            if let RefreshState::Rotated { at, successor } = c.refresh_state()? {
-                return Ok(Rotation::AlreadyRotated { at, successor });
+            .bind(old.as_bytes().as_slice());
+            match find_row(&self.pool, current, ACTION, rotation_refused).await? {
+                None => return Ok(Rotation::NotFound),
+                Some(Some(refused)) => return Ok(refused),
+                // Active after all: try again.
+                Some(None) => {}
             }
         }
         Err(StoreError::backend(ACTION, RotationContended))
@@ -619,7 +514,7 @@ impl TokenStore for PgStore {
 #[async_trait]
 impl ClientRegistry for PgStore {
     async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO clients (id, name, secret_hash, redirect_uris, require_pkce)
              VALUES ($1, $2, $3, $4, $5)",
         )
@@ -627,32 +522,16 @@ impl ClientRegistry for PgStore {
         .bind(&client.name)
         .bind(client.secret_hash.as_bytes().as_slice())
         .bind(&client.redirect_uris)
-        .bind(client.require_pkce)
-        .execute(&self.pool)
-        .await
-        .map_err(insert_failed("client", "register a client"))?;
-        Ok(())
+        .bind(client.require_pkce);
+        insert_row(&self.pool, statement, "client", "register a client").await
     }
 
     async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
-        let row = sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, name, secret_hash, redirect_uris, require_pkce FROM clients WHERE id = $1",
         )
-        .bind(id.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend("read a client"))?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let c = Columns::new(&row, "read a client");
-        Ok(Some(Client {
-            id: ClientId::new(c.get::<String>("id")?),
-            name: c.get("name")?,
-            secret_hash: c.hash("secret_hash")?,
-            redirect_uris: c.get("redirect_uris")?,
-            require_pkce: c.get("require_pkce")?,
-        }))
+        .bind(id.as_str());
+        find_row(&self.pool, statement, "read a client", client_from).await
     }
 }
 
@@ -660,7 +539,7 @@ impl ClientRegistry for PgStore {
 impl AccountStore for PgStore {
     async fn insert_account(&self, account: &Account) -> Result<(), StoreError> {
         // The primary key and the UNIQUE e-mail both answer `Duplicate`.
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO accounts (id, name, email, password_hash, custom_fields)
              VALUES ($1, $2, $3, $4, $5)",
         )
@@ -668,37 +547,30 @@ impl AccountStore for PgStore {
         .bind(&account.name)
         .bind(&account.email)
         .bind(account.password_hash.as_deref())
-        .bind(&account.custom_fields)
-        .execute(&self.pool)
-        .await
-        .map_err(insert_failed("account", "insert an account"))?;
-        Ok(())
+        .bind(&account.custom_fields);
+        insert_row(&self.pool, statement, "account", "insert an account").await
     }
 
     async fn find_account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE id = $1",
         )
-        .bind(id.0)
-        .fetch_optional(&self.pool)
+        .bind(id.0);
+        find_row(&self.pool, statement, "read an account", |c| {
+            account_from(c)
+        })
         .await
-        .map_err(backend("read an account"))?
-        .as_ref()
-        .map(account_from_row)
-        .transpose()
     }
 
     async fn find_account_by_email(&self, email: &str) -> Result<Option<Account>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE email = $1",
         )
-        .bind(email)
-        .fetch_optional(&self.pool)
+        .bind(email);
+        find_row(&self.pool, statement, "read an account", |c| {
+            account_from(c)
+        })
         .await
-        .map_err(backend("read an account"))?
-        .as_ref()
-        .map(account_from_row)
-        .transpose()
     }
 }
 
@@ -740,15 +612,15 @@ impl ApiKeyStore for PgStore {
         .fetch_one(&mut *tx)
         .await
         .map_err(backend(ACTION))?;
-        let c = Columns::new(&row, ACTION);
-        if c.get::<bool>("duplicate")? {
+        let c = Columns::new(row, ACTION);
+        if c.flag("duplicate")? {
             return Err(StoreError::Duplicate { what: "api key" });
         }
         let held: i64 = c.get("held")?;
         if usize::try_from(held).unwrap_or(usize::MAX) >= max_per_account {
             return Ok(false);
         }
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO api_keys (id, account_id, hash, label, active, created_at)
              VALUES ($1, $2, $3, $4, $5, $6)",
         )
@@ -757,25 +629,21 @@ impl ApiKeyStore for PgStore {
         .bind(key.hash.as_bytes().as_slice())
         .bind(&key.label)
         .bind(key.active)
-        .bind(key.created_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(insert_failed("api key", ACTION))?;
+        .bind(key.created_at);
+        insert_row(&mut *tx, statement, "api key", ACTION).await?;
         tx.commit().await.map_err(backend(ACTION))?;
         Ok(true)
     }
 
     async fn find_api_key(&self, hash: &SecretHash) -> Result<Option<ApiKeyRecord>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, account_id, hash, label, active, created_at FROM api_keys WHERE hash = $1",
         )
-        .bind(hash.as_bytes().as_slice())
-        .fetch_optional(&self.pool)
+        .bind(hash.as_bytes().as_slice());
+        find_row(&self.pool, statement, "read an api key", |c| {
+            api_key_from(c)
+        })
         .await
-        .map_err(backend("read an api key"))?
-        .as_ref()
-        .map(api_key_from_row)
-        .transpose()
     }
 
     async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
@@ -799,8 +667,8 @@ impl ApiKeyStore for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(backend("list api keys"))?
-        .iter()
-        .map(api_key_from_row)
+        .into_iter()
+        .map(|row| api_key_from(&Columns::new(row, "read an api key")))
         .collect()
     }
 }
@@ -850,16 +718,7 @@ async fn record_in(
             .fetch_one(&mut *conn)
             .await
             .map_err(backend(RECORD))?;
-            let c = Columns::new(&row, RECORD);
-            let fingerprint = fingerprint_from_column(c.get("fingerprint")?, RECORD)?;
-            return Ok(if fingerprint == claim.fingerprint {
-                RecordOutcome::Replayed {
-                    event_uuids: c.get("event_uuids")?,
-                    batch_uuid: c.get("batch_uuid")?,
-                }
-            } else {
-                RecordOutcome::KeyReused
-            });
+            return replay_or_reuse(&Columns::new(row, RECORD), claim);
         }
     }
     insert_events(conn, &[submission]).await?;
@@ -1022,18 +881,13 @@ impl EventSink for PgStore {
     }
 
     async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT event_uuid, account_id, received_at, event_type, event_family,
                     conversion_identifier, email, payload, channel
              FROM events WHERE event_uuid = $1",
         )
-        .bind(event_uuid)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend("read an event"))?
-        .as_ref()
-        .map(event_from_row)
-        .transpose()
+        .bind(event_uuid);
+        find_row(&self.pool, statement, "read an event", event_from).await
     }
 }
 

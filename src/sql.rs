@@ -1,5 +1,5 @@
 //! What the SQLite and PostgreSQL stores share: turning sqlx errors into
-//! [`StoreError`]s, columns back into record fields, and the queue of the
+//! [`StoreError`]s, rows back into records, and the queue of the
 //! group-commit writer.
 //!
 //! A column that cannot be turned back into its field (a hash of the wrong
@@ -7,9 +7,18 @@
 //! something else or damaged; it is reported as a backend failure, never a
 //! panic, and never as "not found".
 
+use sqlx::Database;
+use sqlx::query::Query;
+use time::OffsetDateTime;
 use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
 
-use crate::{EventSubmission, IntakeChannel, RecordOutcome, SecretHash, StoreError};
+use crate::{
+    AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeRecord,
+    CodeTake, EventSubmission, Grant, GrantId, IdempotencyClaim, IntakeChannel, PkceChallenge,
+    RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord, Rotation, SecretHash,
+    StoreError,
+};
 
 /// A stored value that does not decode into its record field.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +59,7 @@ pub(crate) fn malformed(action: &'static str, column: &'static str) -> StoreErro
 }
 
 /// A hash read back from a 32-byte binary column.
-pub(crate) fn hash_from_column(
+fn hash_from_column(
     bytes: Vec<u8>,
     action: &'static str,
     column: &'static str,
@@ -60,10 +69,7 @@ pub(crate) fn hash_from_column(
 }
 
 /// An idempotency fingerprint read back from a 32-byte binary column.
-pub(crate) fn fingerprint_from_column(
-    bytes: Vec<u8>,
-    action: &'static str,
-) -> Result<[u8; 32], StoreError> {
+fn fingerprint_from_column(bytes: Vec<u8>, action: &'static str) -> Result<[u8; 32], StoreError> {
     bytes
         .try_into()
         .map_err(|_| malformed(action, "fingerprint"))
@@ -86,11 +92,289 @@ pub(crate) struct Migration {
 }
 
 /// The channel of an event read back from its JSON form.
-pub(crate) fn channel_from_json(
+fn channel_from_json(
     value: serde_json::Value,
     action: &'static str,
 ) -> Result<IntakeChannel, StoreError> {
     serde_json::from_value(value).map_err(|_| malformed(action, "events.channel"))
+}
+
+/// One row, and what the caller was doing, to name in any failure. Each
+/// store implements [`RecordColumns`] for it on its own row type.
+pub(crate) struct Columns<R> {
+    /// The row.
+    row: R,
+    /// What the caller was doing.
+    pub(crate) action: &'static str,
+}
+
+impl<R: sqlx::Row> Columns<R> {
+    /// `row`, read on behalf of `action`.
+    pub(crate) fn new(row: R, action: &'static str) -> Self {
+        Self { row, action }
+    }
+
+    /// The column as sqlx decodes it.
+    pub(crate) fn get<'r, T>(&'r self, column: &'static str) -> Result<T, StoreError>
+    where
+        T: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        &'static str: sqlx::ColumnIndex<R>,
+    {
+        self.row.try_get(column).map_err(backend(self.action))
+    }
+}
+
+/// A statement of `DB` with its arguments bound.
+pub(crate) type Statement<'q, DB> = Query<'q, DB, <DB as Database>::Arguments<'q>>;
+
+/// Runs `statement`, which inserts one `what`: a unique violation is
+/// [`StoreError::Duplicate`].
+pub(crate) async fn insert_row<'c, 'q, DB, E>(
+    executor: E,
+    statement: Statement<'q, DB>,
+    what: &'static str,
+    action: &'static str,
+) -> Result<(), StoreError>
+where
+    DB: Database,
+    E: sqlx::Executor<'c, Database = DB>,
+    <DB as Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    statement
+        .execute(executor)
+        .await
+        .map_err(insert_failed(what, action))?;
+    Ok(())
+}
+
+/// Runs `statement` and puts the row it finds, if any, together with
+/// `record`.
+pub(crate) async fn find_row<'c, 'q, DB, E, T>(
+    executor: E,
+    statement: Statement<'q, DB>,
+    action: &'static str,
+    record: impl FnOnce(&Columns<DB::Row>) -> Result<T, StoreError>,
+) -> Result<Option<T>, StoreError>
+where
+    DB: Database,
+    E: sqlx::Executor<'c, Database = DB>,
+    <DB as Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    statement
+        .fetch_optional(executor)
+        .await
+        .map_err(backend(action))?
+        .map(|row| record(&Columns::new(row, action)))
+        .transpose()
+}
+
+/// The columns of one row, read as the values records are made of.
+///
+/// Each store implements it for its own column types (PostgreSQL: native
+/// UUID, TIMESTAMPTZ, BYTEA, arrays and JSONB; SQLite: uuids as text,
+/// instants as integer microseconds, hashes as BLOBs, lists and JSON as
+/// text), so that each record below is put together once for both. Every
+/// failure is a [`StoreError::Backend`] naming [`RecordColumns::action`].
+pub(crate) trait RecordColumns {
+    /// What the caller was doing, named in every failure.
+    fn action(&self) -> &'static str;
+    /// A uuid.
+    fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError>;
+    /// A uuid or NULL.
+    fn optional_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError>;
+    /// A list of uuids.
+    fn uuids(&self, column: &'static str) -> Result<Vec<Uuid>, StoreError>;
+    /// An instant.
+    fn time(&self, column: &'static str) -> Result<OffsetDateTime, StoreError>;
+    /// An instant or NULL.
+    fn optional_time(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError>;
+    /// Text.
+    fn text(&self, column: &'static str) -> Result<String, StoreError>;
+    /// Text or NULL.
+    fn optional_text(&self, column: &'static str) -> Result<Option<String>, StoreError>;
+    /// A boolean.
+    fn flag(&self, column: &'static str) -> Result<bool, StoreError>;
+    /// Bytes.
+    fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError>;
+    /// Bytes or NULL.
+    fn optional_bytes(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// A list of strings.
+    fn strings(&self, column: &'static str) -> Result<Vec<String>, StoreError>;
+    /// A JSON value.
+    fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError>;
+
+    /// A [`SecretHash`] from a 32-byte binary column.
+    fn hash(&self, column: &'static str) -> Result<SecretHash, StoreError> {
+        hash_from_column(self.bytes(column)?, self.action(), column)
+    }
+}
+
+/// A grant from its `grants` row.
+pub(crate) fn grant_from(c: &impl RecordColumns) -> Result<Grant, StoreError> {
+    Ok(Grant {
+        id: GrantId(c.uuid("id")?),
+        client_id: ClientId::new(c.text("client_id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        created_at: c.time("created_at")?,
+        revoked_at: c.optional_time("revoked_at")?,
+    })
+}
+
+/// The authorization code hashed to `hash`, from the columns its take
+/// returns.
+pub(crate) fn code_from(
+    c: &impl RecordColumns,
+    hash: SecretHash,
+) -> Result<CodeRecord, StoreError> {
+    Ok(CodeRecord {
+        hash,
+        grant_id: GrantId(c.uuid("grant_id")?),
+        client_id: ClientId::new(c.text("client_id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        redirect_uri: c.text("redirect_uri")?,
+        pkce: c
+            .optional_text("pkce_challenge")?
+            .map(|challenge| PkceChallenge { challenge }),
+        issued_at: c.time("issued_at")?,
+        expires_at: c.time("expires_at")?,
+    })
+}
+
+/// What a code found already taken (its tombstone) tells of it.
+pub(crate) fn code_tombstone(c: &impl RecordColumns) -> Result<CodeTake, StoreError> {
+    Ok(CodeTake::AlreadyTaken {
+        grant_id: GrantId(c.uuid("grant_id")?),
+        client_id: ClientId::new(c.text("client_id")?),
+    })
+}
+
+/// The access token hashed to `hash`, from its row joined with its grant's
+/// `revoked`.
+pub(crate) fn access_from(
+    c: &impl RecordColumns,
+    hash: SecretHash,
+) -> Result<AccessTokenRecord, StoreError> {
+    Ok(AccessTokenRecord {
+        hash,
+        grant_id: GrantId(c.uuid("grant_id")?),
+        client_id: ClientId::new(c.text("client_id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        issued_at: c.time("issued_at")?,
+        expires_at: c.time("expires_at")?,
+        revoked: c.flag("revoked")?,
+    })
+}
+
+/// The refresh token hashed to `hash`, from its row joined with its grant's
+/// `revoked`.
+pub(crate) fn refresh_from(
+    c: &impl RecordColumns,
+    hash: SecretHash,
+) -> Result<RefreshTokenRecord, StoreError> {
+    Ok(RefreshTokenRecord {
+        hash,
+        grant_id: GrantId(c.uuid("grant_id")?),
+        client_id: ClientId::new(c.text("client_id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        issued_at: c.time("issued_at")?,
+        expires_at: c.optional_time("expires_at")?,
+        state: refresh_state(c)?,
+        revoked: c.flag("revoked")?,
+    })
+}
+
+/// A refresh token's state, from its `rotated_at` and `successor`.
+fn refresh_state(c: &impl RecordColumns) -> Result<RefreshState, StoreError> {
+    let at = c.optional_time("rotated_at")?;
+    let successor = c.optional_bytes("successor")?;
+    Ok(match (at, successor) {
+        (Some(at), Some(successor)) => RefreshState::Rotated {
+            at,
+            successor: hash_from_column(successor, c.action(), "successor")?,
+        },
+        // The table's CHECK keeps both set or both unset.
+        (None, None) => RefreshState::Active,
+        _ => return Err(malformed(c.action(), "successor")),
+    })
+}
+
+/// Why the refresh token in this row (its `revoked`, `rotated_at` and
+/// `successor`) cannot be rotated, or `None` if it is active.
+pub(crate) fn rotation_refused(c: &impl RecordColumns) -> Result<Option<Rotation>, StoreError> {
+    if c.flag("revoked")? {
+        return Ok(Some(Rotation::Revoked));
+    }
+    Ok(match refresh_state(c)? {
+        RefreshState::Rotated { at, successor } => Some(Rotation::AlreadyRotated { at, successor }),
+        RefreshState::Active => None,
+    })
+}
+
+/// A client from its `clients` row.
+pub(crate) fn client_from(c: &impl RecordColumns) -> Result<Client, StoreError> {
+    Ok(Client {
+        id: ClientId::new(c.text("id")?),
+        name: c.text("name")?,
+        secret_hash: c.hash("secret_hash")?,
+        redirect_uris: c.strings("redirect_uris")?,
+        require_pkce: c.flag("require_pkce")?,
+    })
+}
+
+/// An account from its `accounts` row.
+pub(crate) fn account_from(c: &impl RecordColumns) -> Result<Account, StoreError> {
+    Ok(Account {
+        id: AccountId(c.uuid("id")?),
+        name: c.text("name")?,
+        email: c.text("email")?,
+        password_hash: c.optional_text("password_hash")?,
+        custom_fields: c.strings("custom_fields")?,
+    })
+}
+
+/// An API key from its `api_keys` row.
+pub(crate) fn api_key_from(c: &impl RecordColumns) -> Result<ApiKeyRecord, StoreError> {
+    Ok(ApiKeyRecord {
+        id: ApiKeyId(c.uuid("id")?),
+        account_id: AccountId(c.uuid("account_id")?),
+        hash: c.hash("hash")?,
+        label: c.text("label")?,
+        active: c.flag("active")?,
+        created_at: c.time("created_at")?,
+    })
+}
+
+/// An event from its `events` row.
+pub(crate) fn event_from(c: &impl RecordColumns) -> Result<RecordedEvent, StoreError> {
+    Ok(RecordedEvent {
+        event_uuid: c.uuid("event_uuid")?,
+        account_id: AccountId(c.uuid("account_id")?),
+        received_at: c.time("received_at")?,
+        event_type: c.text("event_type")?,
+        event_family: c.text("event_family")?,
+        conversion_identifier: c.text("conversion_identifier")?,
+        email: c.text("email")?,
+        payload: c.json("payload")?,
+        channel: channel_from_json(c.json("channel")?, c.action())?,
+    })
+}
+
+/// The outcome of `claim` against the live claim of its key in this row
+/// (its `fingerprint`, `event_uuids` and `batch_uuid`): the first request's
+/// identifiers if the fingerprints match, else [`RecordOutcome::KeyReused`].
+pub(crate) fn replay_or_reuse(
+    c: &impl RecordColumns,
+    claim: &IdempotencyClaim,
+) -> Result<RecordOutcome, StoreError> {
+    let fingerprint = fingerprint_from_column(c.bytes("fingerprint")?, c.action())?;
+    Ok(if fingerprint == claim.fingerprint {
+        RecordOutcome::Replayed {
+            event_uuids: c.uuids("event_uuids")?,
+            batch_uuid: c.optional_uuid("batch_uuid")?,
+        }
+    } else {
+        RecordOutcome::KeyReused
+    })
 }
 
 /// What recording a submission does, named in its errors.

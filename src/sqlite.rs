@@ -26,20 +26,22 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Connection as _, Executor as _, Row, Sqlite, Transaction};
+use sqlx::{Connection as _, Executor as _, Sqlite, Transaction};
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::sql::{
-    GroupQueue, Job, Migration, RECORD, answer, backend, channel_from_json, channel_to_json,
-    fingerprint_from_column, hash_from_column, insert_failed, malformed,
+    self, GroupQueue, Job, Migration, RECORD, RecordColumns, access_from, account_from, answer,
+    api_key_from, backend, channel_to_json, client_from, code_from, code_tombstone, event_from,
+    find_row, grant_from, insert_failed, insert_row, malformed, refresh_from, replay_or_reuse,
+    rotation_refused,
 };
 use crate::{
     AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
     Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink, EventSubmission, Grant,
-    GrantId, PkceChallenge, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord,
-    Rotation, SecretHash, StoreError, TokenStore,
+    GrantId, RecordOutcome, RecordedEvent, RefreshTokenRecord, Rotation, SecretHash, StoreError,
+    TokenStore,
 };
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
@@ -231,26 +233,72 @@ fn json_text<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|error| StoreError::backend("encode a list", error))
 }
 
-/// Reads the columns of one row into record fields, naming `action` in any
-/// failure.
-struct Columns<'r> {
-    row: &'r SqliteRow,
-    action: &'static str,
+/// An instant read back from microseconds since the Unix epoch, if
+/// `OffsetDateTime` can hold it.
+fn from_micros(micros: i64) -> Option<OffsetDateTime> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000).ok()
 }
 
-impl<'r> Columns<'r> {
-    fn new(row: &'r SqliteRow, action: &'static str) -> Self {
-        Self { row, action }
+/// A row of SQLite, whose columns hold uuids as hyphenated text, instants
+/// as integer microseconds, hashes as BLOBs, and lists and JSON values as
+/// JSON text.
+type Columns = sql::Columns<SqliteRow>;
+
+impl Columns {
+    /// A uuid from the hyphenated text stored in `column`.
+    fn parse_uuid(&self, column: &'static str, text: &str) -> Result<Uuid, StoreError> {
+        Uuid::parse_str(text).map_err(|_| malformed(self.action, column))
     }
 
-    fn get<T>(&self, column: &'static str) -> Result<T, StoreError>
-    where
-        T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
-    {
-        self.row.try_get(column).map_err(backend(self.action))
+    /// An instant from the microseconds stored in `column`.
+    fn instant(&self, column: &'static str, micros: i64) -> Result<OffsetDateTime, StoreError> {
+        from_micros(micros).ok_or_else(|| malformed(self.action, column))
+    }
+
+    /// A value from the JSON text stored in `column`.
+    fn parse_json<T: serde::de::DeserializeOwned>(
+        &self,
+        column: &'static str,
+    ) -> Result<T, StoreError> {
+        let text: String = self.get(column)?;
+        serde_json::from_str(&text).map_err(|_| malformed(self.action, column))
+    }
+}
+
+impl RecordColumns for Columns {
+    fn action(&self) -> &'static str {
+        self.action
+    }
+
+    fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
+        self.parse_uuid(column, &self.get::<String>(column)?)
+    }
+
+    fn optional_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
+        self.get::<Option<String>>(column)?
+            .map(|text| self.parse_uuid(column, &text))
+            .transpose()
+    }
+
+    fn uuids(&self, column: &'static str) -> Result<Vec<Uuid>, StoreError> {
+        self.parse_json(column)
+    }
+
+    fn time(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
+        self.instant(column, self.get(column)?)
+    }
+
+    fn optional_time(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError> {
+        self.get::<Option<i64>>(column)?
+            .map(|micros| self.instant(column, micros))
+            .transpose()
     }
 
     fn text(&self, column: &'static str) -> Result<String, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_text(&self, column: &'static str) -> Result<Option<String>, StoreError> {
         self.get(column)
     }
 
@@ -258,153 +306,27 @@ impl<'r> Columns<'r> {
         self.get(column)
     }
 
-    fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
-        let text: String = self.get(column)?;
-        Uuid::parse_str(&text).map_err(|_| malformed(self.action, column))
+    fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError> {
+        self.get(column)
     }
 
-    fn opt_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
-        let text: Option<String> = self.get(column)?;
-        text.map(|text| Uuid::parse_str(&text).map_err(|_| malformed(self.action, column)))
-            .transpose()
+    fn optional_bytes(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(column)
     }
 
-    fn hash(&self, column: &'static str) -> Result<SecretHash, StoreError> {
-        hash_from_column(self.get(column)?, self.action, column)
+    fn strings(&self, column: &'static str) -> Result<Vec<String>, StoreError> {
+        self.parse_json(column)
     }
 
-    fn instant(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
-        let micros: i64 = self.get(column)?;
-        OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
-            .map_err(|_| malformed(self.action, column))
+    fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
+        self.parse_json(column)
     }
-
-    fn opt_instant(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError> {
-        let micros: Option<i64> = self.get(column)?;
-        micros
-            .map(|micros| {
-                OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
-                    .map_err(|_| malformed(self.action, column))
-            })
-            .transpose()
-    }
-
-    fn json<T: serde::de::DeserializeOwned>(&self, column: &'static str) -> Result<T, StoreError> {
-        let text: String = self.get(column)?;
-        serde_json::from_str(&text).map_err(|_| malformed(self.action, column))
-    }
-}
-
-fn grant_from_row(row: &SqliteRow) -> Result<Grant, StoreError> {
-    let c = Columns::new(row, "read a grant");
-    Ok(Grant {
-        id: GrantId(c.uuid("id")?),
-        client_id: ClientId::new(c.text("client_id")?),
-        account_id: AccountId(c.uuid("account_id")?),
-        created_at: c.instant("created_at")?,
-        revoked_at: c.opt_instant("revoked_at")?,
-    })
-}
-
-fn code_from_row(row: &SqliteRow, hash: SecretHash) -> Result<CodeRecord, StoreError> {
-    let c = Columns::new(row, "take an authorization code");
-    Ok(CodeRecord {
-        hash,
-        grant_id: GrantId(c.uuid("grant_id")?),
-        client_id: ClientId::new(c.text("client_id")?),
-        account_id: AccountId(c.uuid("account_id")?),
-        redirect_uri: c.text("redirect_uri")?,
-        pkce: c
-            .get::<Option<String>>("pkce_challenge")?
-            .map(|challenge| PkceChallenge { challenge }),
-        issued_at: c.instant("issued_at")?,
-        expires_at: c.instant("expires_at")?,
-    })
-}
-
-fn access_from_row(row: &SqliteRow, hash: SecretHash) -> Result<AccessTokenRecord, StoreError> {
-    let c = Columns::new(row, "read an access token");
-    Ok(AccessTokenRecord {
-        hash,
-        grant_id: GrantId(c.uuid("grant_id")?),
-        client_id: ClientId::new(c.text("client_id")?),
-        account_id: AccountId(c.uuid("account_id")?),
-        issued_at: c.instant("issued_at")?,
-        expires_at: c.instant("expires_at")?,
-        revoked: c.flag("revoked")?,
-    })
-}
-
-fn refresh_from_row(row: &SqliteRow, hash: SecretHash) -> Result<RefreshTokenRecord, StoreError> {
-    let c = Columns::new(row, "read a refresh token");
-    Ok(RefreshTokenRecord {
-        hash,
-        grant_id: GrantId(c.uuid("grant_id")?),
-        client_id: ClientId::new(c.text("client_id")?),
-        account_id: AccountId(c.uuid("account_id")?),
-        issued_at: c.instant("issued_at")?,
-        expires_at: c.opt_instant("expires_at")?,
-        state: refresh_state(&c)?,
-        revoked: c.flag("revoked")?,
-    })
-}
-
-fn refresh_state(c: &Columns<'_>) -> Result<RefreshState, StoreError> {
-    let at = c.opt_instant("rotated_at")?;
-    let successor: Option<Vec<u8>> = c.get("successor")?;
-    Ok(match (at, successor) {
-        (Some(at), Some(successor)) => RefreshState::Rotated {
-            at,
-            successor: hash_from_column(successor, c.action, "successor")?,
-        },
-        // The table's CHECK keeps both set or both unset.
-        (None, None) => RefreshState::Active,
-        _ => return Err(malformed(c.action, "successor")),
-    })
-}
-
-fn account_from_row(row: &SqliteRow) -> Result<Account, StoreError> {
-    let c = Columns::new(row, "read an account");
-    Ok(Account {
-        id: AccountId(c.uuid("id")?),
-        name: c.text("name")?,
-        email: c.text("email")?,
-        password_hash: c.get("password_hash")?,
-        custom_fields: c.json("custom_fields")?,
-    })
-}
-
-fn api_key_from_row(row: &SqliteRow) -> Result<ApiKeyRecord, StoreError> {
-    let c = Columns::new(row, "read an api key");
-    Ok(ApiKeyRecord {
-        id: ApiKeyId(c.uuid("id")?),
-        account_id: AccountId(c.uuid("account_id")?),
-        hash: c.hash("hash")?,
-        label: c.text("label")?,
-        active: c.flag("active")?,
-        created_at: c.instant("created_at")?,
-    })
-}
-
-fn event_from_row(row: &SqliteRow) -> Result<RecordedEvent, StoreError> {
-    let c = Columns::new(row, "read an event");
-    Ok(RecordedEvent {
-        event_uuid: c.uuid("event_uuid")?,
-        account_id: AccountId(c.uuid("account_id")?),
-        received_at: c.instant("received_at")?,
-        event_type: c.text("event_type")?,
-        event_family: c.text("event_family")?,
-        conversion_identifier: c.text("conversion_identifier")?,
-        email: c.text("email")?,
-        payload: c.json("payload")?,
-        channel: channel_from_json(c.json("channel")?, c.action)?,
-    })
 }
 
 #[async_trait]
 impl TokenStore for SqliteStore {
     async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO grants (id, client_id, account_id, created_at, revoked_at)
              VALUES (?, ?, ?, ?, ?)",
         )
@@ -412,24 +334,16 @@ impl TokenStore for SqliteStore {
         .bind(grant.client_id.as_str())
         .bind(uuid_text(grant.account_id.0))
         .bind(micros(grant.created_at)?)
-        .bind(opt_micros(grant.revoked_at)?)
-        .execute(&self.writer)
-        .await
-        .map_err(insert_failed("grant", "insert a grant"))?;
-        Ok(())
+        .bind(opt_micros(grant.revoked_at)?);
+        insert_row(&self.writer, statement, "grant", "insert a grant").await
     }
 
     async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, client_id, account_id, created_at, revoked_at FROM grants WHERE id = ?",
         )
-        .bind(uuid_text(id.0))
-        .fetch_optional(&self.reader)
-        .await
-        .map_err(backend("read a grant"))?
-        .as_ref()
-        .map(grant_from_row)
-        .transpose()
+        .bind(uuid_text(id.0));
+        find_row(&self.reader, statement, "read a grant", grant_from).await
     }
 
     async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
@@ -445,7 +359,7 @@ impl TokenStore for SqliteStore {
     }
 
     async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO authorization_codes
                  (hash, grant_id, client_id, account_id, redirect_uri, pkce_challenge,
                   issued_at, expires_at)
@@ -458,55 +372,37 @@ impl TokenStore for SqliteStore {
         .bind(&code.redirect_uri)
         .bind(code.pkce.as_ref().map(|pkce| pkce.challenge.as_str()))
         .bind(micros(code.issued_at)?)
-        .bind(micros(code.expires_at)?)
-        .execute(&self.writer)
-        .await
-        .map_err(insert_failed(
-            "authorization code",
-            "insert an authorization code",
-        ))?;
-        Ok(())
+        .bind(micros(code.expires_at)?);
+        let action = "insert an authorization code";
+        insert_row(&self.writer, statement, "authorization code", action).await
     }
 
     async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError> {
         const ACTION: &str = "take an authorization code";
         // One conditional statement: of any number of callers, only the one
         // whose UPDATE finds `taken = 0` gets the row back.
-        let taken = sqlx::query(
+        let take = sqlx::query(
             "UPDATE authorization_codes SET taken = 1
              WHERE hash = ? AND taken = 0
              RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
                        issued_at, expires_at",
         )
-        .bind(hash.as_bytes().as_slice())
-        .fetch_optional(&self.writer)
-        .await
-        .map_err(backend(ACTION))?;
-        if let Some(row) = taken {
-            return Ok(CodeTake::Taken(code_from_row(&row, *hash)?));
+        .bind(hash.as_bytes().as_slice());
+        if let Some(code) = find_row(&self.writer, take, ACTION, |c| code_from(c, *hash)).await? {
+            return Ok(CodeTake::Taken(code));
         }
         // Codes are never deleted and never untaken, so a row found now is
         // a tombstone.
         let tombstone =
             sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?")
-                .bind(hash.as_bytes().as_slice())
-                .fetch_optional(&self.writer)
-                .await
-                .map_err(backend(ACTION))?;
-        Ok(match tombstone {
-            None => CodeTake::NotFound,
-            Some(row) => {
-                let c = Columns::new(&row, ACTION);
-                CodeTake::AlreadyTaken {
-                    grant_id: GrantId(c.uuid("grant_id")?),
-                    client_id: ClientId::new(c.text("client_id")?),
-                }
-            }
-        })
+                .bind(hash.as_bytes().as_slice());
+        Ok(find_row(&self.writer, tombstone, ACTION, code_tombstone)
+            .await?
+            .unwrap_or(CodeTake::NotFound))
     }
 
     async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO access_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
              VALUES (?, ?, ?, ?, ?, ?)",
         )
@@ -515,11 +411,9 @@ impl TokenStore for SqliteStore {
         .bind(token.client_id.as_str())
         .bind(uuid_text(token.account_id.0))
         .bind(micros(token.issued_at)?)
-        .bind(micros(token.expires_at)?)
-        .execute(&self.writer)
-        .await
-        .map_err(insert_failed("access token", "insert an access token"))?;
-        Ok(())
+        .bind(micros(token.expires_at)?);
+        let action = "insert an access token";
+        insert_row(&self.writer, statement, "access token", action).await
     }
 
     async fn find_access_token(
@@ -529,18 +423,15 @@ impl TokenStore for SqliteStore {
         // `revoked` comes from the grant, so revoking the grant revokes every
         // token at once, those inserted later included. A token whose grant
         // is unknown cannot be traced to a live authorization: revoked.
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT a.grant_id, a.client_id, a.account_id, a.issued_at, a.expires_at,
                     (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
              FROM access_tokens a LEFT JOIN grants g ON g.id = a.grant_id
              WHERE a.hash = ?",
         )
-        .bind(hash.as_bytes().as_slice())
-        .fetch_optional(&self.reader)
-        .await
-        .map_err(backend("read an access token"))?
-        .map(|row| access_from_row(&row, *hash))
-        .transpose()
+        .bind(hash.as_bytes().as_slice());
+        let action = "read an access token";
+        find_row(&self.reader, statement, action, |c| access_from(c, *hash)).await
     }
 
     async fn insert_refresh_token(&self, token: &RefreshTokenRecord) -> Result<(), StoreError> {
@@ -551,19 +442,16 @@ impl TokenStore for SqliteStore {
         &self,
         hash: &SecretHash,
     ) -> Result<Option<RefreshTokenRecord>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT r.grant_id, r.client_id, r.account_id, r.issued_at, r.expires_at,
                     r.rotated_at, r.successor,
                     (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
              FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
              WHERE r.hash = ?",
         )
-        .bind(hash.as_bytes().as_slice())
-        .fetch_optional(&self.reader)
-        .await
-        .map_err(backend("read a refresh token"))?
-        .map(|row| refresh_from_row(&row, *hash))
-        .transpose()
+        .bind(hash.as_bytes().as_slice());
+        let action = "read a refresh token";
+        find_row(&self.reader, statement, action, |c| refresh_from(c, *hash)).await
     }
 
     async fn rotate_refresh_token(
@@ -589,12 +477,8 @@ impl TokenStore for SqliteStore {
         let Some(row) = current else {
             return Ok(Rotation::NotFound);
         };
-        let c = Columns::new(&row, ACTION);
-        if c.flag("revoked")? {
-            return Ok(Rotation::Revoked);
-        }
-        if let RefreshState::Rotated { at, successor } = refresh_state(&c)? {
-            return Ok(Rotation::AlreadyRotated { at, successor });
+        if let Some(refused) = rotation_refused(&Columns::new(row, ACTION))? {
+            return Ok(refused);
         }
         sqlx::query("UPDATE refresh_tokens SET rotated_at = ?, successor = ? WHERE hash = ?")
             .bind(micros(at)?)
@@ -620,7 +504,7 @@ async fn insert_refresh<'e, E>(
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
-    sqlx::query(
+    let statement = sqlx::query(
         "INSERT INTO refresh_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
          VALUES (?, ?, ?, ?, ?, ?)",
     )
@@ -629,17 +513,14 @@ where
     .bind(token.client_id.as_str())
     .bind(uuid_text(token.account_id.0))
     .bind(micros(token.issued_at)?)
-    .bind(opt_micros(token.expires_at)?)
-    .execute(executor)
-    .await
-    .map_err(insert_failed("refresh token", action))?;
-    Ok(())
+    .bind(opt_micros(token.expires_at)?);
+    insert_row(executor, statement, "refresh token", action).await
 }
 
 #[async_trait]
 impl ClientRegistry for SqliteStore {
     async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO clients (id, name, secret_hash, redirect_uris, require_pkce)
              VALUES (?, ?, ?, ?, ?)",
         )
@@ -647,32 +528,16 @@ impl ClientRegistry for SqliteStore {
         .bind(&client.name)
         .bind(client.secret_hash.as_bytes().as_slice())
         .bind(json_text(&client.redirect_uris)?)
-        .bind(client.require_pkce)
-        .execute(&self.writer)
-        .await
-        .map_err(insert_failed("client", "register a client"))?;
-        Ok(())
+        .bind(client.require_pkce);
+        insert_row(&self.writer, statement, "client", "register a client").await
     }
 
     async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
-        let row = sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, name, secret_hash, redirect_uris, require_pkce FROM clients WHERE id = ?",
         )
-        .bind(id.as_str())
-        .fetch_optional(&self.reader)
-        .await
-        .map_err(backend("read a client"))?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let c = Columns::new(&row, "read a client");
-        Ok(Some(Client {
-            id: ClientId::new(c.text("id")?),
-            name: c.text("name")?,
-            secret_hash: c.hash("secret_hash")?,
-            redirect_uris: c.json("redirect_uris")?,
-            require_pkce: c.flag("require_pkce")?,
-        }))
+        .bind(id.as_str());
+        find_row(&self.reader, statement, "read a client", client_from).await
     }
 }
 
@@ -680,7 +545,7 @@ impl ClientRegistry for SqliteStore {
 impl AccountStore for SqliteStore {
     async fn insert_account(&self, account: &Account) -> Result<(), StoreError> {
         // The primary key and the UNIQUE e-mail both answer `Duplicate`.
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO accounts (id, name, email, password_hash, custom_fields)
              VALUES (?, ?, ?, ?, ?)",
         )
@@ -688,37 +553,30 @@ impl AccountStore for SqliteStore {
         .bind(&account.name)
         .bind(&account.email)
         .bind(account.password_hash.as_deref())
-        .bind(json_text(&account.custom_fields)?)
-        .execute(&self.writer)
-        .await
-        .map_err(insert_failed("account", "insert an account"))?;
-        Ok(())
+        .bind(json_text(&account.custom_fields)?);
+        insert_row(&self.writer, statement, "account", "insert an account").await
     }
 
     async fn find_account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE id = ?",
         )
-        .bind(uuid_text(id.0))
-        .fetch_optional(&self.reader)
+        .bind(uuid_text(id.0));
+        find_row(&self.reader, statement, "read an account", |c| {
+            account_from(c)
+        })
         .await
-        .map_err(backend("read an account"))?
-        .as_ref()
-        .map(account_from_row)
-        .transpose()
     }
 
     async fn find_account_by_email(&self, email: &str) -> Result<Option<Account>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE email = ?",
         )
-        .bind(email)
-        .fetch_optional(&self.reader)
+        .bind(email);
+        find_row(&self.reader, statement, "read an account", |c| {
+            account_from(c)
+        })
         .await
-        .map_err(backend("read an account"))?
-        .as_ref()
-        .map(account_from_row)
-        .transpose()
     }
 }
 
@@ -751,7 +609,7 @@ impl ApiKeyStore for SqliteStore {
         if usize::try_from(held).unwrap_or(usize::MAX) >= max_per_account {
             return Ok(false);
         }
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO api_keys (id, account_id, hash, label, active, created_at)
              VALUES (?, ?, ?, ?, ?, ?)",
         )
@@ -760,25 +618,21 @@ impl ApiKeyStore for SqliteStore {
         .bind(key.hash.as_bytes().as_slice())
         .bind(&key.label)
         .bind(key.active)
-        .bind(micros(key.created_at)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(insert_failed("api key", ACTION))?;
+        .bind(micros(key.created_at)?);
+        insert_row(&mut *tx, statement, "api key", ACTION).await?;
         tx.commit().await.map_err(backend(ACTION))?;
         Ok(true)
     }
 
     async fn find_api_key(&self, hash: &SecretHash) -> Result<Option<ApiKeyRecord>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT id, account_id, hash, label, active, created_at FROM api_keys WHERE hash = ?",
         )
-        .bind(hash.as_bytes().as_slice())
-        .fetch_optional(&self.reader)
+        .bind(hash.as_bytes().as_slice());
+        find_row(&self.reader, statement, "read an api key", |c| {
+            api_key_from(c)
+        })
         .await
-        .map_err(backend("read an api key"))?
-        .as_ref()
-        .map(api_key_from_row)
-        .transpose()
     }
 
     async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
@@ -802,8 +656,8 @@ impl ApiKeyStore for SqliteStore {
         .fetch_all(&self.reader)
         .await
         .map_err(backend("list api keys"))?
-        .iter()
-        .map(api_key_from_row)
+        .into_iter()
+        .map(|row| api_key_from(&Columns::new(row, "read an api key")))
         .collect()
     }
 }
@@ -826,18 +680,10 @@ async fn record_in(
         .await
         .map_err(backend(RECORD))?;
         if let Some(row) = existing {
-            let c = Columns::new(&row, RECORD);
+            let c = Columns::new(row, RECORD);
             // A claim holds while it expires after the new claim is made.
-            if c.instant("expires_at")? > claim.created_at {
-                let fingerprint = fingerprint_from_column(c.get("fingerprint")?, RECORD)?;
-                return Ok(if fingerprint == claim.fingerprint {
-                    RecordOutcome::Replayed {
-                        event_uuids: c.json("event_uuids")?,
-                        batch_uuid: c.opt_uuid("batch_uuid")?,
-                    }
-                } else {
-                    RecordOutcome::KeyReused
-                });
+            if c.time("expires_at")? > claim.created_at {
+                return replay_or_reuse(&c, claim);
             }
         }
     }
@@ -961,18 +807,13 @@ impl EventSink for SqliteStore {
     }
 
     async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {
-        sqlx::query(
+        let statement = sqlx::query(
             "SELECT event_uuid, account_id, received_at, event_type, event_family,
                     conversion_identifier, email, payload, channel
              FROM events WHERE event_uuid = ?",
         )
-        .bind(uuid_text(event_uuid))
-        .fetch_optional(&self.reader)
-        .await
-        .map_err(backend("read an event"))?
-        .as_ref()
-        .map(event_from_row)
-        .transpose()
+        .bind(uuid_text(event_uuid));
+        find_row(&self.reader, statement, "read an event", event_from).await
     }
 }
 
@@ -985,7 +826,6 @@ mod tests {
         let at = time::macros::datetime!(2026-03-01 12:00:00.123456 UTC);
         let stored = micros(at).unwrap();
         assert_eq!(stored, 1_772_366_400_123_456);
-        let back = OffsetDateTime::from_unix_timestamp_nanos(i128::from(stored) * 1000).unwrap();
-        assert_eq!(back, at);
+        assert_eq!(from_micros(stored), Some(at));
     }
 }
