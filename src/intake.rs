@@ -251,10 +251,7 @@ impl Gateway {
             }
         };
         let now = self.clock.now();
-        let dropped_attributes = events
-            .iter()
-            .flat_map(|event| event.unknown_attributes().map(|path| path.to_string()))
-            .collect();
+        let dropped_attributes = dropped_attribute_paths(&events, matches!(route, Route::Batch));
         let recorded: Vec<RecordedEvent> = events
             .iter()
             .map(|event| self.recorded_event(event, account, &channel, now))
@@ -313,6 +310,23 @@ impl Gateway {
     }
 }
 
+/// The paths of the attributes that were accepted and dropped. The
+/// validator gives them relative to their event (`$.payload.x`); in a batch
+/// they are prefixed with the event's index (`$[2].payload.x`).
+fn dropped_attribute_paths(events: &[ConversionEvent<'_>], batch: bool) -> Vec<String> {
+    let mut paths = Vec::new();
+    for (index, event) in events.iter().enumerate() {
+        for path in event.unknown_attributes() {
+            let path = path.to_string();
+            paths.push(match (batch, path.strip_prefix('$')) {
+                (true, Some(rest)) => format!("$[{index}]{rest}"),
+                _ => path,
+            });
+        }
+    }
+    paths
+}
+
 /// RFC 9110 field values allow more, but a key is an opaque token chosen by
 /// the client: visible ASCII keeps it safe to store and to show.
 fn is_valid_idempotency_key(key: &str) -> bool {
@@ -339,6 +353,22 @@ mod tests {
         assert!(!is_valid_idempotency_key("has space"));
         assert!(!is_valid_idempotency_key(&"k".repeat(256)));
         assert!(is_valid_idempotency_key(&"k".repeat(255)));
+    }
+
+    #[test]
+    fn dropped_paths_in_a_batch_name_their_event() {
+        let limits = crate::ConversionLimits::default();
+        let body = br#"[{"event_type":"CONVERSION","event_family":"CDP","payload":{"conversion_identifier":"a","email":"a@example.com"}},
+            {"event_type":"CONVERSION","event_family":"CDP","payload":{"conversion_identifier":"b","email":"b@example.com","color":"teal"}}]"#;
+        let events = validate_batch(body, &[], &limits).unwrap();
+        assert_eq!(
+            dropped_attribute_paths(&events, true),
+            vec!["$[1].payload.color"]
+        );
+        assert_eq!(
+            dropped_attribute_paths(&events[1..], false),
+            vec!["$.payload.color"]
+        );
     }
 
     #[test]
