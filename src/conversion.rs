@@ -822,13 +822,8 @@ pub fn validate_batch<'a>(
 
 fn body_too_large(body: &[u8], limits: &ConversionLimits) -> Option<ValidationErrors> {
     // Checked before parsing, so an oversized body costs nothing to refuse.
-    (body.len() > limits.max_body_bytes).then(|| {
-        ValidationErrors::single(FieldError::new(
-            ErrorType::BodyTooLarge,
-            JsonPath::root(),
-            Some(ValidationRules::MaxBytes(limits.max_body_bytes)),
-        ))
-    })
+    (body.len() > limits.max_body_bytes)
+        .then(|| ValidationErrors::body_too_large(limits.max_body_bytes))
 }
 
 /// The body as text: JSON is UTF-8 (RFC 8259 section 8.1).

@@ -383,6 +383,18 @@ impl ValidationErrors {
         ValidationErrors::new(vec![error])
     }
 
+    /// The single `BODY_TOO_LARGE` error (status 413) for a body over
+    /// `max_bytes`, exactly as [`crate::validate_conversion`] gives it. For
+    /// hosts whose HTTP layer refuses an oversized body before the validator
+    /// sees it, so that clients get one error shape whichever layer refused.
+    pub fn body_too_large(max_bytes: usize) -> Self {
+        ValidationErrors::single(FieldError::new(
+            ErrorType::BodyTooLarge,
+            JsonPath::root(),
+            Some(ValidationRules::MaxBytes(max_bytes)),
+        ))
+    }
+
     /// The errors, in the order they were found (document order, with the
     /// checks that need a whole object, such as missing fields, at its end).
     pub fn errors(&self) -> &[FieldError] {

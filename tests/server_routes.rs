@@ -115,6 +115,24 @@ impl Reply {
         assert_eq!(body["error_type"], error_type, "{body}");
         assert!(body["error_message"].is_string(), "{body}");
     }
+
+    /// Asserts a validation answer, `{"errors": [...]}`, whose one error has
+    /// this type.
+    #[track_caller]
+    fn assert_validation_error(&self, status: u16, error_type: &str) -> serde_json::Value {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "{:?}",
+            String::from_utf8_lossy(&self.body)
+        );
+        let body = self.json();
+        let errors = body["errors"].as_array().expect("an errors array");
+        assert_eq!(errors.len(), 1, "{body}");
+        assert_eq!(errors[0]["error_type"], error_type, "{body}");
+        assert!(errors[0]["error_message"].is_string(), "{body}");
+        errors[0].clone()
+    }
 }
 
 fn encode(text: &str) -> String {
@@ -1117,17 +1135,20 @@ async fn bodies_over_0_2_mb_are_413_json_on_every_event_route() {
             ("content-type", "application/json"),
             ("authorization", bearer.as_str()),
         ];
-        // Streamed (no Content-Length), then announced by Content-Length.
-        server
+        // Streamed (no Content-Length), then announced by Content-Length;
+        // either way the body is the validator's own, as if it had seen it.
+        let error = server
             .post(route, &headers, too_large.clone())
             .await
-            .assert_error(413, "BODY_TOO_LARGE");
+            .assert_validation_error(413, "BODY_TOO_LARGE");
+        assert_eq!(error["path"], "$");
+        assert_eq!(error["validation_rules"]["max_bytes"], 200 * 1024);
         let length = too_large.len().to_string();
         let announced = [headers[0], headers[1], ("content-length", length.as_str())];
         server
             .post(route, &announced, too_large.clone())
             .await
-            .assert_error(413, "BODY_TOO_LARGE");
+            .assert_validation_error(413, "BODY_TOO_LARGE");
     }
 }
 

@@ -28,7 +28,7 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use conversion_gateway::{
     Account, AccountId, ApiKeyRecord, AuthorizationRequest, Client, Clock, DialogError, Gateway,
     HttpAnswer, OsRandom, RandomSource, RequestParts, SecretHash, SecretHasher, SeededRandom,
-    StoreError, revocation_answer,
+    StoreError, ValidationErrors, revocation_answer,
 };
 use hmac::{Hmac, Mac as _};
 use serde::Serialize;
@@ -208,10 +208,10 @@ impl Parts {
     }
 }
 
-impl<S: Send + Sync> FromRequest<S> for Parts {
+impl FromRequest<AppState> for Parts {
     type Rejection = Response;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Response> {
         // A header that is not visible ASCII counts as absent: the core then
         // answers exactly as if it had not been sent.
         let headers = request.headers();
@@ -227,13 +227,20 @@ impl<S: Send + Sync> FromRequest<S> for Parts {
             header(HeaderName::from_static("idempotency-key")),
         );
         let query = request.uri().query().unwrap_or_default().to_owned();
+        let event_route = request.uri().path().starts_with("/platform/");
+        let event_limit = state.gateway.config().conversion_limits.max_body_bytes;
         let body = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| {
                 into_response(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    // The core's own name for this error (`BODY_TOO_LARGE`), so a
-                    // client sees one error type whichever layer refused the body.
-                    HttpAnswer::error(413, "BODY_TOO_LARGE", "the request body is too large")
+                    if event_route {
+                        // The validator's own answer for this limit, so a client
+                        // sees one body shape whichever layer refused the body.
+                        let errors = ValidationErrors::body_too_large(event_limit);
+                        HttpAnswer::json(errors.status(), errors.to_body())
+                    } else {
+                        HttpAnswer::error(413, "BODY_TOO_LARGE", "the request body is too large")
+                    }
                 } else {
                     HttpAnswer::error(400, "BAD_REQUEST", "the request body could not be read")
                 })
