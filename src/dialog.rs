@@ -113,36 +113,40 @@ impl DialogError {
     /// redirect to the application. Exhaustive.
     pub fn to_answer(&self) -> HttpAnswer {
         let message = self.to_string();
-        let shown = |status: u16, error_type: &str, oauth_error: &str| {
-            HttpAnswer::json(
-                status,
-                json!({
-                    "error_type": error_type,
-                    "error_message": message,
-                    "error": oauth_error,
-                    "error_description": message,
-                }),
-            )
+        // Shown to the user, never redirected; `path` names a missing parameter.
+        let shown = |status: u16, error_type: &str, oauth_error: &str, path: Option<&str>| {
+            let mut body = json!({
+                "error_type": error_type,
+                "error_message": message,
+                "error": oauth_error,
+                "error_description": message,
+            });
+            if let Some(path) = path {
+                body["path"] = json!(path);
+            }
+            HttpAnswer::json(status, body)
         };
         match self {
-            DialogError::MissingClientId => {
-                let mut answer = shown(400, "CANNOT_BE_NULL", "invalid_request");
-                set_path(&mut answer, "query.client_id");
-                answer
-            }
-            DialogError::MissingRedirectUri => {
-                let mut answer = shown(400, "CANNOT_BE_NULL", "invalid_request");
-                set_path(&mut answer, "query.redirect_uri");
-                answer
-            }
-            DialogError::UnknownClient => shown(400, "INVALID_CLIENT", "invalid_client"),
+            DialogError::MissingClientId => shown(
+                400,
+                "CANNOT_BE_NULL",
+                "invalid_request",
+                Some("query.client_id"),
+            ),
+            DialogError::MissingRedirectUri => shown(
+                400,
+                "CANNOT_BE_NULL",
+                "invalid_request",
+                Some("query.redirect_uri"),
+            ),
+            DialogError::UnknownClient => shown(400, "INVALID_CLIENT", "invalid_client", None),
             DialogError::ConflictingRedirectUri => {
-                shown(400, "CONFLICTING_FIELD", "invalid_request")
+                shown(400, "CONFLICTING_FIELD", "invalid_request", None)
             }
             DialogError::UnregisteredRedirectUri => {
-                shown(400, "INVALID_REDIRECT_URI", "invalid_request")
+                shown(400, "INVALID_REDIRECT_URI", "invalid_request", None)
             }
-            DialogError::MalformedQuery(_) => shown(400, "BAD_REQUEST", "invalid_request"),
+            DialogError::MalformedQuery(_) => shown(400, "BAD_REQUEST", "invalid_request", None),
             DialogError::UnsupportedResponseType {
                 redirect_uri,
                 state,
@@ -168,12 +172,6 @@ impl DialogError {
             )),
             DialogError::Store(error) => error.to_answer(),
         }
-    }
-}
-
-fn set_path(answer: &mut HttpAnswer, path: &str) {
-    if let crate::AnswerBody::Json(body) = &mut answer.body {
-        body["path"] = json!(path);
     }
 }
 

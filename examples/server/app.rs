@@ -426,12 +426,18 @@ struct PageKeys {
 /// HMAC-SHA256 of `parts`, each length-prefixed so that no two different
 /// lists of parts are ever hashed as the same bytes.
 fn mac(key: &[u8; 32], parts: &[&[u8]]) -> String {
+    URL_SAFE_NO_PAD.encode(mac_bytes(key, parts))
+}
+
+/// The raw HMAC-SHA256 of `parts` under `key`, each part length-prefixed:
+/// the one keyed MAC of this server (cookies, CSRF tokens, subkeys).
+fn mac_bytes(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
     let mut mac = <Hmac<Sha256> as hmac::Mac>::new_from_slice(key).expect("HMAC takes any key");
     for part in parts {
         mac.update(&(part.len() as u64).to_be_bytes());
         mac.update(part);
     }
-    URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+    mac.finalize().into_bytes().into()
 }
 
 /// Constant-time equality of a token we made and one a request presented.
@@ -1203,11 +1209,7 @@ impl ServerKey {
     /// A subkey for one purpose. The core's hashes put their own labels
     /// first, so no subkey can equal one of them.
     fn derive(&self, purpose: &[u8]) -> [u8; 32] {
-        let mut mac =
-            <Hmac<Sha256> as hmac::Mac>::new_from_slice(&self.0).expect("HMAC takes any key");
-        mac.update(b"conversion-gateway example server\0");
-        mac.update(purpose);
-        mac.finalize().into_bytes().into()
+        mac_bytes(&self.0, &[b"conversion-gateway example server", purpose])
     }
 }
 
