@@ -328,11 +328,15 @@ impl ApiKeyStore for MemoryApiKeyStore {
     }
 
     async fn list_api_keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        Ok(lock(&self.keys)
+        let mut keys: Vec<ApiKeyRecord> = lock(&self.keys)
             .iter()
             .filter(|k| k.account_id == account)
             .cloned()
-            .collect())
+            .collect();
+        // The contract lists oldest first; keys may be inserted out of the
+        // order of their creation times (concurrent inserts).
+        keys.sort_by_key(|k| k.created_at);
+        Ok(keys)
     }
 }
 
