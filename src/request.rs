@@ -8,7 +8,11 @@ use base64::engine::general_purpose::STANDARD;
 
 /// What an adapter extracts from an HTTP request for the core: no web
 /// framework's types, only strings and bytes.
-#[derive(Clone, Copy, Debug, Default)]
+///
+/// Its `Debug` output is safe to log: the query string (which carries the
+/// `api_key`), the `Authorization` header and the body (client secrets,
+/// codes, tokens) are redacted; only their presence and size show.
+#[derive(Clone, Copy, Default)]
 pub struct RequestParts<'a> {
     /// The raw query string, without the `?` (empty when there is none).
     pub query: &'a str,
@@ -20,6 +24,25 @@ pub struct RequestParts<'a> {
     pub idempotency_key: Option<&'a str>,
     /// The body bytes.
     pub body: &'a [u8],
+}
+
+impl std::fmt::Debug for RequestParts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        /// A present secret-bearing value, shown as `***`.
+        struct Redacted;
+        impl std::fmt::Debug for Redacted {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("***")
+            }
+        }
+        f.debug_struct("RequestParts")
+            .field("query", &(!self.query.is_empty()).then_some(Redacted))
+            .field("content_type", &self.content_type)
+            .field("authorization", &self.authorization.map(|_| Redacted))
+            .field("idempotency_key", &self.idempotency_key)
+            .field("body_len", &self.body.len())
+            .finish()
+    }
 }
 
 /// Why parameters could not be read from a request.
@@ -167,6 +190,27 @@ fn percent_decode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_output_hides_the_api_key_the_authorization_and_the_body() {
+        let parts = RequestParts {
+            query: "api_key=cgak_secretkey",
+            content_type: Some("application/json"),
+            authorization: Some("Basic Y2xpZW50OnMzY3JldA=="),
+            idempotency_key: Some("order-1"),
+            body: br#"{"client_secret":"cgcs_topsecret","code":"cgac_code"}"#,
+        };
+        let printed = format!("{parts:?}");
+        for secret in ["cgak_secretkey", "Y2xpZW50", "cgcs_topsecret", "cgac_code"] {
+            assert!(!printed.contains(secret), "{secret} leaked in {printed}");
+        }
+        assert!(printed.contains("application/json"), "{printed}");
+        assert!(printed.contains("body_len: 53"), "{printed}");
+        assert!(
+            format!("{:?}", RequestParts::default()).contains("query: None"),
+            "an empty query shows as absent"
+        );
+    }
 
     #[test]
     fn media_types_ignore_parameters_and_case() {

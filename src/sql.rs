@@ -28,13 +28,21 @@ struct MalformedColumn {
     column: &'static str,
 }
 
-/// Maps a failed query to [`StoreError::Backend`].
+/// Maps a failed query: data the database refused is
+/// [`StoreError::Rejected`], anything else [`StoreError::Backend`].
 pub(crate) fn backend(action: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |error| StoreError::backend(action, error)
+    move |error| {
+        if is_data_error(&error) {
+            StoreError::rejected(action, error)
+        } else {
+            StoreError::backend(action, error)
+        }
+    }
 }
 
 /// Maps a failed insert: a unique violation is [`StoreError::Duplicate`],
-/// anything else [`StoreError::Backend`].
+/// data the database refused [`StoreError::Rejected`], anything else
+/// [`StoreError::Backend`].
 pub(crate) fn insert_failed(
     what: &'static str,
     action: &'static str,
@@ -43,9 +51,43 @@ pub(crate) fn insert_failed(
         if is_unique_violation(&error) {
             StoreError::Duplicate { what }
         } else {
-            StoreError::backend(action, error)
+            backend(action)(error)
         }
     }
+}
+
+/// Whether the database refused a statement because of the values in it,
+/// so that running it again cannot succeed: PostgreSQL's SQLSTATE class 22
+/// (data exception: a U+0000 in text or JSONB, a value out of range) and
+/// the integrity violations other than uniqueness (class 23); SQLite's
+/// `SQLITE_TOOBIG`, `SQLITE_MISMATCH` and constraint failures other than
+/// uniqueness. A connection lost, a timeout or a full disk is not one.
+fn is_data_error(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    match db.kind() {
+        sqlx::error::ErrorKind::UniqueViolation => false,
+        sqlx::error::ErrorKind::ForeignKeyViolation
+        | sqlx::error::ErrorKind::NotNullViolation
+        | sqlx::error::ErrorKind::CheckViolation => true,
+        _ => db.code().is_some_and(|code| is_data_error_code(&code)),
+    }
+}
+
+/// Whether a database's error code names a refusal of the data: a
+/// five-character SQLSTATE (PostgreSQL) of class 22 or 23, or an SQLite
+/// extended result code whose primary code is `SQLITE_TOOBIG` (18),
+/// `SQLITE_CONSTRAINT` (19) or `SQLITE_MISMATCH` (20).
+fn is_data_error_code(code: &str) -> bool {
+    // A SQLSTATE is always five characters ("22021", "22P05", "23505").
+    if code.len() == 5 {
+        return code.starts_with("22") || (code.starts_with("23") && code != "23505");
+    }
+    // SQLite's extended codes have at most four digits; the low byte is the
+    // primary code.
+    code.parse::<i32>()
+        .is_ok_and(|extended| matches!(extended & 0xff, 18..=20))
 }
 
 /// Whether the database refused a write because of a unique index.
@@ -469,6 +511,27 @@ mod tests {
             ),
             Err(StoreError::Backend { .. })
         ));
+    }
+
+    #[test]
+    fn data_refusals_are_told_from_outages_by_their_codes() {
+        // PostgreSQL: a U+0000 in text, in JSONB, a NOT NULL or CHECK.
+        for code in ["22021", "22P05", "22001", "23502", "23514"] {
+            assert!(is_data_error_code(code), "{code} refuses the data");
+        }
+        // PostgreSQL: uniqueness, a dropped connection, a serialisation
+        // failure, a shutdown, a full disk.
+        for code in ["23505", "08006", "40001", "57P01", "53100"] {
+            assert!(!is_data_error_code(code), "{code} is not about the data");
+        }
+        // SQLite: TOOBIG, CONSTRAINT_CHECK (275), MISMATCH; against BUSY,
+        // IOERR_FSYNC (1034), FULL.
+        for code in ["18", "275", "20"] {
+            assert!(is_data_error_code(code), "{code} refuses the data");
+        }
+        for code in ["5", "1034", "13"] {
+            assert!(!is_data_error_code(code), "{code} is not about the data");
+        }
     }
 
     #[test]
