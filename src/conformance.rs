@@ -23,11 +23,11 @@ use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::{
-    AccessToken, AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyRecord, ApiKeyStore,
-    AuthorizationCode, Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink,
-    EventSubmission, Grant, GrantId, IdempotencyClaim, IntakeChannel, OsRandom, PkceChallenge,
-    RecordOutcome, RecordedEvent, RefreshState, RefreshToken, RefreshTokenRecord, Rotation,
-    SecretHasher, random_uuid,
+    AccessToken, AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord,
+    ApiKeyStore, AuthorizationCode, Client, ClientId, ClientRegistry, CodeRecord, CodeTake,
+    EventSink, EventSubmission, Grant, GrantId, IdempotencyClaim, IdempotencyScope, IntakeChannel,
+    OsRandom, PkceChallenge, RecordOutcome, RecordedEvent, RefreshState, RefreshToken,
+    RefreshTokenRecord, Rotation, SecretHasher, random_uuid,
 };
 
 /// How many tasks race in each concurrency check.
@@ -602,9 +602,16 @@ fn new_event(account: AccountId, n: usize) -> RecordedEvent {
     }
 }
 
+/// The credential of most claims the suite makes: the application whose
+/// events it records.
+fn suite_scope() -> IdempotencyScope {
+    IdempotencyScope::Client(ClientId::new("cgid_suite"))
+}
+
 fn claim(account: AccountId, key: &str, fingerprint: u8, at: OffsetDateTime) -> IdempotencyClaim {
     IdempotencyClaim {
         account_id: account,
+        scope: suite_scope(),
         key: key.into(),
         fingerprint: [fingerprint; 32],
         created_at: at,
@@ -715,6 +722,39 @@ pub async fn check_event_sink(sink: Arc<dyn EventSink>) {
         RecordOutcome::Recorded,
         "keys are per account"
     );
+
+    // Keys are per credential too: the account's public website key cannot
+    // claim a key its application uses, nor the other way round.
+    for scope in [
+        IdempotencyScope::ApiKey(ApiKeyId(random_uuid(&OsRandom))),
+        IdempotencyScope::Client(ClientId::new("cgid_other_app")),
+    ] {
+        let other_credential = EventSubmission {
+            events: vec![new_event(account, 6)],
+            batch_uuid: None,
+            idempotency: Some(IdempotencyClaim {
+                scope: scope.clone(),
+                ..claim(account, &key, 3, base_time() + Duration::minutes(5))
+            }),
+        };
+        assert_eq!(
+            sink.record(&other_credential).await.expect("record"),
+            RecordOutcome::Recorded,
+            "keys are per credential: {scope:?} must not meet the suite client's key"
+        );
+        let retry = EventSubmission {
+            events: vec![new_event(account, 7)],
+            ..other_credential.clone()
+        };
+        assert_eq!(
+            sink.record(&retry).await.expect("record"),
+            RecordOutcome::Replayed {
+                event_uuids: vec![other_credential.events[0].event_uuid],
+                batch_uuid: None,
+            },
+            "a retry within {scope:?} is answered from that credential's claim"
+        );
+    }
 
     let later = EventSubmission {
         idempotency: Some(claim(account, &key, 2, base_time() + Duration::hours(25))),

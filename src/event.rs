@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{AccountId, ClientId};
+use crate::{AccountId, ApiKeyId, ClientId};
 
 /// How an event reached the service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,11 +46,41 @@ pub struct RecordedEvent {
     pub channel: IntakeChannel,
 }
 
+/// The credential whose `Idempotency-Key`s a claim belongs to.
+///
+/// Keys are claimed per credential, not per account: the API key of a
+/// website form is public (it sits in the page), so a key space shared with
+/// the account's applications would let anyone who reads the page claim an
+/// application's keys in advance and make its events fail.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IdempotencyScope {
+    /// One API key, on `POST /platform/conversions`.
+    ApiKey(ApiKeyId),
+    /// One application, by any of its bearer tokens, on the event routes.
+    Client(ClientId),
+}
+
+impl IdempotencyScope {
+    /// The scope as stores keep it: `api_key:` and the key's id, or
+    /// `client:` and the client id. Never empty, and never equal for two
+    /// different scopes.
+    pub fn to_stored(&self) -> String {
+        match self {
+            IdempotencyScope::ApiKey(id) => format!("api_key:{}", id.0.hyphenated()),
+            IdempotencyScope::Client(id) => format!("client:{}", id.as_str()),
+        }
+    }
+}
+
 /// A retried request's key, claimed together with the events it records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdempotencyClaim {
     /// The account the key belongs to: keys of different accounts never meet.
     pub account_id: AccountId,
+    /// The credential the key belongs to: keys of different credentials of
+    /// one account never meet either.
+    pub scope: IdempotencyScope,
     /// The `Idempotency-Key` header's value.
     pub key: String,
     /// A digest of what the request asked for (route and body), to tell a

@@ -7,9 +7,9 @@ use uuid::Uuid;
 
 use crate::request::{MediaType, Params, media_type};
 use crate::{
-    Account, ApiKey, BearerError, ConversionEvent, EventSubmission, Gateway, HttpAnswer,
-    IdempotencyClaim, IntakeChannel, RecordOutcome, RecordedEvent, RequestParts, StoreError,
-    ValidationErrors, random_uuid, validate_batch, validate_conversion,
+    Account, ApiKey, ApiKeyId, BearerError, ConversionEvent, EventSubmission, Gateway, HttpAnswer,
+    IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome, RecordedEvent, RequestParts,
+    StoreError, ValidationErrors, random_uuid, validate_batch, validate_conversion,
 };
 
 /// The longest `Idempotency-Key` accepted, in bytes.
@@ -106,6 +106,13 @@ impl IntakeReceipt {
     }
 }
 
+/// The credential a request authenticated with: how its events are
+/// recorded as having arrived, and whose `Idempotency-Key`s it uses.
+struct Credential {
+    channel: IntakeChannel,
+    scope: IdempotencyScope,
+}
+
 /// Which route an event came by; part of the idempotency fingerprint, so
 /// that one key cannot be replayed across routes.
 #[derive(Clone, Copy)]
@@ -156,16 +163,23 @@ impl Gateway {
     /// # Errors
     /// [`IntakeError::InvalidApiKey`], or the store's error.
     pub async fn authenticate_api_key(&self, key: &str) -> Result<Account, IntakeError> {
+        Ok(self.api_key_owner(key).await?.0)
+    }
+
+    /// The account an active API key belongs to, and the key's id.
+    async fn api_key_owner(&self, key: &str) -> Result<(Account, ApiKeyId), IntakeError> {
         let hash = ApiKey::new(key).hash(&self.hasher);
         let record = self.stores.api_keys.find_api_key(&hash).await?;
         let Some(record) = record.filter(|record| record.active) else {
             return Err(IntakeError::InvalidApiKey);
         };
-        self.stores
+        let account = self
+            .stores
             .accounts
             .find_account(record.account_id)
             .await?
-            .ok_or(IntakeError::InvalidApiKey)
+            .ok_or(IntakeError::InvalidApiKey)?;
+        Ok((account, record.id))
     }
 
     /// `POST /platform/conversions?api_key=KEY`, typed.
@@ -179,8 +193,12 @@ impl Gateway {
         let query =
             Params::from_form(request.query.as_bytes()).map_err(|_| IntakeError::MalformedQuery)?;
         let key = query.get("api_key").ok_or(IntakeError::InvalidApiKey)?;
-        let account = self.authenticate_api_key(key).await?;
-        self.intake(request, &account, IntakeChannel::ApiKey, Route::Conversion)
+        let (account, key_id) = self.api_key_owner(key).await?;
+        let credential = Credential {
+            channel: IntakeChannel::ApiKey,
+            scope: IdempotencyScope::ApiKey(key_id),
+        };
+        self.intake(request, &account, credential, Route::Conversion)
             .await
     }
 
@@ -192,8 +210,9 @@ impl Gateway {
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
-        let (account, channel) = self.bearer_account(request).await?;
-        self.intake(request, &account, channel, Route::Event).await
+        let (account, credential) = self.bearer_account(request).await?;
+        self.intake(request, &account, credential, Route::Event)
+            .await
     }
 
     /// `POST /platform/events/batch`, typed.
@@ -204,14 +223,15 @@ impl Gateway {
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
-        let (account, channel) = self.bearer_account(request).await?;
-        self.intake(request, &account, channel, Route::Batch).await
+        let (account, credential) = self.bearer_account(request).await?;
+        self.intake(request, &account, credential, Route::Batch)
+            .await
     }
 
     async fn bearer_account(
         &self,
         request: &RequestParts<'_>,
-    ) -> Result<(Account, IntakeChannel), IntakeError> {
+    ) -> Result<(Account, Credential), IntakeError> {
         let caller = self.authenticate_bearer(request.authorization).await?;
         let account = self
             .stores
@@ -219,21 +239,23 @@ impl Gateway {
             .find_account(caller.account_id)
             .await?
             .ok_or(BearerError::Invalid)?;
-        Ok((
-            account,
-            IntakeChannel::Bearer {
+        let credential = Credential {
+            scope: IdempotencyScope::Client(caller.client_id.clone()),
+            channel: IntakeChannel::Bearer {
                 client_id: caller.client_id,
             },
-        ))
+        };
+        Ok((account, credential))
     }
 
     async fn intake(
         &self,
         request: &RequestParts<'_>,
         account: &Account,
-        channel: IntakeChannel,
+        credential: Credential,
         route: Route,
     ) -> Result<IntakeReceipt, IntakeError> {
+        let Credential { channel, scope } = credential;
         if request.content_type.and_then(media_type) != Some(MediaType::Json) {
             return Err(IntakeError::UnsupportedMediaType);
         }
@@ -259,6 +281,7 @@ impl Gateway {
         let batch_uuid = matches!(route, Route::Batch).then(|| random_uuid(&*self.random));
         let idempotency = idempotency_key.map(|key| IdempotencyClaim {
             account_id: account.id,
+            scope,
             key: key.to_owned(),
             fingerprint: fingerprint(route, request.body),
             created_at: now,

@@ -138,7 +138,10 @@ pub use client::{Client, ClientId};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{GatewayConfig, RefreshPolicy};
 pub use dialog::{AuthorizationRequest, DialogError};
-pub use event::{EventSubmission, IdempotencyClaim, IntakeChannel, RecordOutcome, RecordedEvent};
+pub use event::{
+    EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
+    RecordedEvent,
+};
 pub use gateway::{Gateway, Stores};
 pub use grant::{Grant, GrantId};
 pub use http::{AnswerBody, HttpAnswer};

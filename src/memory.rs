@@ -16,8 +16,8 @@ use uuid::Uuid;
 use crate::{
     AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
     Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink, EventSubmission, Grant,
-    GrantId, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord, Rotation, SecretHash,
-    StoreError, TokenStore,
+    GrantId, IdempotencyScope, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord,
+    Rotation, SecretHash, StoreError, TokenStore,
 };
 
 /// Locks a mutex, ignoring poisoning: every critical section below leaves
@@ -350,7 +350,8 @@ struct Claim {
 #[derive(Default)]
 struct EventState {
     events: HashMap<Uuid, RecordedEvent>,
-    claims: HashMap<(AccountId, String), Claim>,
+    /// Claims by account, credential and key.
+    claims: HashMap<(AccountId, IdempotencyScope, String), Claim>,
 }
 
 /// [`EventSink`] in memory.
@@ -381,7 +382,7 @@ impl EventSink for MemoryEventSink {
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
         let mut state = lock(&self.state);
         if let Some(claim) = &submission.idempotency {
-            let id = (claim.account_id, claim.key.clone());
+            let id = (claim.account_id, claim.scope.clone(), claim.key.clone());
             if let Some(existing) = state
                 .claims
                 .get(&id)
@@ -409,7 +410,7 @@ impl EventSink for MemoryEventSink {
         }
         if let Some(claim) = &submission.idempotency {
             state.claims.insert(
-                (claim.account_id, claim.key.clone()),
+                (claim.account_id, claim.scope.clone(), claim.key.clone()),
                 Claim {
                     fingerprint: claim.fingerprint,
                     expires_at: claim.expires_at,

@@ -13,8 +13,9 @@
 //!   grant);
 //! - the per-account API-key limit is counted and enforced in a transaction
 //!   holding an advisory lock on the account;
-//! - an idempotency key is claimed with `INSERT ... ON CONFLICT DO UPDATE
-//!   ... WHERE expired`, in the same transaction as the events.
+//! - an idempotency key is claimed, per account and credential, with
+//!   `INSERT ... ON CONFLICT DO UPDATE ... WHERE expired`, in the same
+//!   transaction as the events.
 //!
 //! Recording events is durable before it is acknowledged: by default
 //! concurrent `record` calls are grouped into shared transactions (group
@@ -47,10 +48,16 @@ use crate::{
 };
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sql: include_str!("../migrations/postgres/0001_initial.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("../migrations/postgres/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        sql: include_str!("../migrations/postgres/0002_idempotency_scope.sql"),
+    },
+];
 
 /// The advisory lock that serialises migrations ("cg-migra" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6367_2d6d_6967_7261;
@@ -687,9 +694,10 @@ async fn record_in(
         // ROLLBACK, then sees our claim. An expired claim is taken over.
         let claimed = sqlx::query(
             "INSERT INTO idempotency_claims AS c
-                 (account_id, key, fingerprint, created_at, expires_at, event_uuids, batch_uuid)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
-             ON CONFLICT (account_id, key) DO UPDATE SET
+                 (account_id, scope, key, fingerprint, created_at, expires_at, event_uuids,
+                  batch_uuid)
+             VALUES ($1, $8, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (account_id, scope, key) DO UPDATE SET
                  fingerprint = EXCLUDED.fingerprint,
                  created_at = EXCLUDED.created_at,
                  expires_at = EXCLUDED.expires_at,
@@ -705,16 +713,18 @@ async fn record_in(
         .bind(claim.expires_at)
         .bind(&event_uuids)
         .bind(submission.batch_uuid)
+        .bind(claim.scope.to_stored())
         .fetch_optional(&mut *conn)
         .await
         .map_err(backend(RECORD))?;
         if claimed.is_none() {
             let row = sqlx::query(
                 "SELECT fingerprint, event_uuids, batch_uuid FROM idempotency_claims
-                 WHERE account_id = $1 AND key = $2",
+                 WHERE account_id = $1 AND key = $2 AND scope = $3",
             )
             .bind(claim.account_id.0)
             .bind(&claim.key)
+            .bind(claim.scope.to_stored())
             .fetch_one(&mut *conn)
             .await
             .map_err(backend(RECORD))?;

@@ -45,10 +45,16 @@ use crate::{
 };
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sql: include_str!("../migrations/sqlite/0001_initial.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("../migrations/sqlite/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        sql: include_str!("../migrations/sqlite/0002_idempotency_scope.sql"),
+    },
+];
 
 /// How long a statement waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -672,9 +678,10 @@ async fn record_in(
     if let Some(claim) = &submission.idempotency {
         let existing = sqlx::query(
             "SELECT fingerprint, expires_at, event_uuids, batch_uuid
-             FROM idempotency_claims WHERE account_id = ? AND key = ?",
+             FROM idempotency_claims WHERE account_id = ? AND scope = ? AND key = ?",
         )
         .bind(uuid_text(claim.account_id.0))
+        .bind(claim.scope.to_stored())
         .bind(&claim.key)
         .fetch_optional(&mut *conn)
         .await
@@ -715,9 +722,10 @@ async fn record_in(
         // An expired claim for the key is replaced.
         sqlx::query(
             "INSERT INTO idempotency_claims
-                 (account_id, key, fingerprint, created_at, expires_at, event_uuids, batch_uuid)
-             VALUES (?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (account_id, key) DO UPDATE SET
+                 (account_id, scope, key, fingerprint, created_at, expires_at, event_uuids,
+                  batch_uuid)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (account_id, scope, key) DO UPDATE SET
                  fingerprint = excluded.fingerprint,
                  created_at = excluded.created_at,
                  expires_at = excluded.expires_at,
@@ -725,6 +733,7 @@ async fn record_in(
                  batch_uuid = excluded.batch_uuid",
         )
         .bind(uuid_text(claim.account_id.0))
+        .bind(claim.scope.to_stored())
         .bind(&claim.key)
         .bind(claim.fingerprint.as_slice())
         .bind(micros(claim.created_at)?)

@@ -313,8 +313,8 @@ pub trait EventSink: Send + Sync {
     /// `event_uuid` acknowledges, so it must not be given before the events
     /// would survive a restart of the store.
     ///
-    /// With an idempotency claim: if an unexpired claim for the same account
-    /// and key exists, nothing is recorded and the answer is
+    /// With an idempotency claim: if an unexpired claim for the same account,
+    /// [`crate::IdempotencyScope`] and key exists, nothing is recorded and the answer is
     /// [`RecordOutcome::Replayed`] (same fingerprint) or
     /// [`RecordOutcome::KeyReused`] (another one). A claim is unexpired while
     /// its `expires_at` is after the new claim's `created_at`. Concurrent

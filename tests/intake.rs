@@ -450,3 +450,76 @@ async fn a_failing_sink_answers_503_without_a_uuid() {
     assert!(!text.contains("event_uuid"));
     assert!(!text.contains("db.internal"), "no internal detail");
 }
+
+#[tokio::test]
+async fn idempotency_keys_are_scoped_by_credential() {
+    let t = Intake::new().await;
+    let (token, _) = t.f.tokens().await;
+    let query = format!("api_key={}", t.api_key);
+    let website = conversion_body("form@example.com").to_string();
+    let from_website = t
+        .conversion(
+            &query,
+            website.as_bytes(),
+            "application/json",
+            Some("order-1"),
+        )
+        .await;
+    assert_eq!(from_website.status, 200, "{:?}", body(&from_website));
+
+    // Whoever reads the public website key cannot pre-claim the app's keys:
+    // the app's own request with that key and another body is recorded.
+    let app = conversion_body("app@example.com").to_string();
+    let from_app = t
+        .event(false, &token, app.as_bytes(), Some("order-1"))
+        .await;
+    assert_eq!(from_app.status, 200, "{:?}", body(&from_app));
+    assert_ne!(
+        body(&from_app)["event_uuid"],
+        body(&from_website)["event_uuid"]
+    );
+    assert_eq!(from_app.header("idempotent-replayed"), None);
+
+    // Each credential's retries still answer from its own claim.
+    let app_retry = t
+        .event(false, &token, app.as_bytes(), Some("order-1"))
+        .await;
+    assert_eq!(
+        body(&app_retry)["event_uuid"],
+        body(&from_app)["event_uuid"]
+    );
+    let website_retry = t
+        .conversion(
+            &query,
+            website.as_bytes(),
+            "application/json",
+            Some("order-1"),
+        )
+        .await;
+    assert_eq!(
+        body(&website_retry)["event_uuid"],
+        body(&from_website)["event_uuid"]
+    );
+
+    // A second API key of the same account has a key space of its own.
+    let (_, second_key) =
+        t.f.gateway
+            .issue_api_key(t.f.account.id, "landing page")
+            .await
+            .unwrap()
+            .unwrap();
+    let other = conversion_body("landing@example.com").to_string();
+    let from_second_key = t
+        .conversion(
+            &format!("api_key={}", second_key.expose()),
+            other.as_bytes(),
+            "application/json",
+            Some("order-1"),
+        )
+        .await;
+    assert_eq!(from_second_key.status, 200, "{:?}", body(&from_second_key));
+    assert_ne!(
+        body(&from_second_key)["event_uuid"],
+        body(&from_website)["event_uuid"]
+    );
+}

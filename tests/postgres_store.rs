@@ -16,9 +16,9 @@ use std::time::Duration;
 use conversion_gateway::conformance;
 use conversion_gateway::{
     AccessToken, AccessTokenRecord, AccountId, AuthorizationCode, ClientId, CodeRecord, CodeTake,
-    EventSink, EventSubmission, Grant, GrantId, IdempotencyClaim, IntakeChannel, OsRandom, PgStore,
-    PgStoreOptions, RecordOutcome, RecordedEvent, RefreshState, RefreshToken, RefreshTokenRecord,
-    Rotation, SecretHasher, StoreError, TokenStore, random_uuid,
+    EventSink, EventSubmission, Grant, GrantId, IdempotencyClaim, IdempotencyScope, IntakeChannel,
+    OsRandom, PgStore, PgStoreOptions, RecordOutcome, RecordedEvent, RefreshState, RefreshToken,
+    RefreshTokenRecord, Rotation, SecretHasher, StoreError, TokenStore, random_uuid,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use time::macros::datetime;
@@ -373,6 +373,7 @@ async fn two_pools_racing_with_one_idempotency_key_record_once() {
                 batch_uuid: None,
                 idempotency: Some(IdempotencyClaim {
                     account_id: account,
+                    scope: IdempotencyScope::Client(ClientId::new("cgid_race")),
                     key: key.clone(),
                     fingerprint: [4; 32],
                     created_at: datetime!(2026-03-01 12:00:00 UTC),
