@@ -24,10 +24,10 @@ use uuid::Uuid;
 
 use crate::{
     AccessToken, AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord,
-    ApiKeyStore, AuthorizationCode, Client, ClientId, ClientRegistry, CodeRecord, CodeTake,
-    EventSink, EventSubmission, Grant, GrantId, IdempotencyClaim, IdempotencyScope, IntakeChannel,
-    OsRandom, PkceChallenge, RecordOutcome, RecordedEvent, RefreshState, RefreshToken,
-    RefreshTokenRecord, Rotation, SecretHasher, random_uuid,
+    ApiKeyStore, AuthorizationCode, Client, ClientId, ClientRegistry, CodeLookup, CodeRecord,
+    CodeTake, EventSink, EventSubmission, Grant, GrantId, IdempotencyClaim, IdempotencyScope,
+    IntakeChannel, OsRandom, PkceChallenge, RecordOutcome, RecordedEvent, RefreshState,
+    RefreshToken, RefreshTokenRecord, Rotation, SecretHasher, random_uuid,
 };
 
 /// How many tasks race in each concurrency check.
@@ -98,8 +98,466 @@ pub async fn check_token_store(store: Arc<dyn crate::TokenStore>) {
     check_codes(&*store).await;
     check_access_tokens(&*store).await;
     check_refresh_tokens(&*store).await;
+    check_code_redemption(&*store).await;
+    check_redemption_fails_whole(&*store).await;
+    check_rotation_fails_whole(&*store).await;
+    check_purge(&*store).await;
     check_concurrent_code_take(store.clone()).await;
+    check_concurrent_redemption(store.clone()).await;
     check_concurrent_rotation(store).await;
+}
+
+async fn check_code_redemption(store: &dyn crate::TokenStore) {
+    let grant = new_grant();
+    store.insert_grant(&grant).await.expect("insert_grant");
+    let code = new_code(&grant);
+    store.insert_code(&code).await.expect("insert_code");
+    assert_eq!(
+        store.find_code(&code.hash).await.expect("find_code"),
+        CodeLookup::Unused(code.clone()),
+        "a stored code reads back unused, whole"
+    );
+    let unknown = AuthorizationCode::generate(&OsRandom).hash(&hasher());
+    assert_eq!(
+        store.find_code(&unknown).await.expect("find_code"),
+        CodeLookup::NotFound
+    );
+
+    let (refresh, access) = (new_refresh(&grant), new_access(&grant));
+    assert_eq!(
+        store
+            .redeem_code(&code.hash, &refresh, &access)
+            .await
+            .expect("redeem_code"),
+        CodeTake::Taken(code.clone())
+    );
+    assert_eq!(
+        store.find_refresh_token(&refresh.hash).await.expect("find"),
+        Some(refresh.clone()),
+        "a redemption stores its refresh token"
+    );
+    assert_eq!(
+        store.find_access_token(&access.hash).await.expect("find"),
+        Some(access.clone()),
+        "a redemption stores its access token"
+    );
+    let used = CodeLookup::Used {
+        grant_id: grant.id,
+        client_id: grant.client_id.clone(),
+    };
+    assert_eq!(store.find_code(&code.hash).await.expect("find_code"), used);
+
+    let (again_refresh, again_access) = (new_refresh(&grant), new_access(&grant));
+    assert_eq!(
+        store
+            .redeem_code(&code.hash, &again_refresh, &again_access)
+            .await
+            .expect("redeem_code"),
+        CodeTake::AlreadyTaken {
+            grant_id: grant.id,
+            client_id: grant.client_id.clone()
+        },
+        "a code redeems once"
+    );
+    assert_eq!(
+        store
+            .find_refresh_token(&again_refresh.hash)
+            .await
+            .expect("find"),
+        None,
+        "a refused redemption stores no refresh token"
+    );
+    assert_eq!(
+        store
+            .find_access_token(&again_access.hash)
+            .await
+            .expect("find"),
+        None,
+        "a refused redemption stores no access token"
+    );
+    assert_eq!(
+        store.take_code(&code.hash).await.expect("take_code"),
+        CodeTake::AlreadyTaken {
+            grant_id: grant.id,
+            client_id: grant.client_id.clone()
+        },
+        "a redeemed code cannot be taken"
+    );
+    assert_eq!(
+        store
+            .redeem_code(&unknown, &again_refresh, &again_access)
+            .await
+            .expect("redeem_code"),
+        CodeTake::NotFound
+    );
+
+    // A code burnt by a refused exchange cannot be redeemed afterwards.
+    let burnt = new_code(&grant);
+    store.insert_code(&burnt).await.expect("insert_code");
+    assert_eq!(
+        store.take_code(&burnt.hash).await.expect("take_code"),
+        CodeTake::Taken(burnt.clone())
+    );
+    assert!(
+        matches!(
+            store
+                .redeem_code(&burnt.hash, &again_refresh, &again_access)
+                .await
+                .expect("redeem_code"),
+            CodeTake::AlreadyTaken { .. }
+        ),
+        "a taken code must not redeem"
+    );
+}
+
+/// A redemption that fails part-way (here: its second or third write meets
+/// an existing hash) changes nothing: the code stays unused for the retry.
+async fn check_redemption_fails_whole(store: &dyn crate::TokenStore) {
+    let grant = new_grant();
+    store.insert_grant(&grant).await.expect("insert_grant");
+    let code = new_code(&grant);
+    store.insert_code(&code).await.expect("insert_code");
+    let existing_refresh = new_refresh(&grant);
+    store
+        .insert_refresh_token(&existing_refresh)
+        .await
+        .expect("insert_refresh_token");
+    let existing_access = new_access(&grant);
+    store
+        .insert_access_token(&existing_access)
+        .await
+        .expect("insert_access_token");
+
+    let (refresh, access) = (new_refresh(&grant), new_access(&grant));
+    for (step, refresh, access) in [
+        ("storing the refresh token", &existing_refresh, &access),
+        ("storing the access token", &refresh, &existing_access),
+    ] {
+        assert!(
+            store
+                .redeem_code(&code.hash, refresh, access)
+                .await
+                .is_err(),
+            "a redemption failing at {step} must be an error"
+        );
+        assert_eq!(
+            store.find_code(&code.hash).await.expect("find_code"),
+            CodeLookup::Unused(code.clone()),
+            "a redemption failing at {step} must leave the code unused"
+        );
+    }
+    assert_eq!(
+        store.find_refresh_token(&refresh.hash).await.expect("find"),
+        None,
+        "a failed redemption must not leave its refresh token"
+    );
+    assert_eq!(
+        store.find_access_token(&access.hash).await.expect("find"),
+        None,
+        "a failed redemption must not leave its access token"
+    );
+    assert_eq!(
+        store
+            .redeem_code(&code.hash, &refresh, &access)
+            .await
+            .expect("the retry"),
+        CodeTake::Taken(code.clone()),
+        "the code must redeem on retry"
+    );
+}
+
+/// A rotation that fails part-way changes nothing: the presented token
+/// stays active for the retry.
+async fn check_rotation_fails_whole(store: &dyn crate::TokenStore) {
+    let grant = new_grant();
+    store.insert_grant(&grant).await.expect("insert_grant");
+    let token = new_refresh(&grant);
+    store
+        .insert_refresh_token(&token)
+        .await
+        .expect("insert_refresh_token");
+    let existing_refresh = new_refresh(&grant);
+    store
+        .insert_refresh_token(&existing_refresh)
+        .await
+        .expect("insert_refresh_token");
+    let existing_access = new_access(&grant);
+    store
+        .insert_access_token(&existing_access)
+        .await
+        .expect("insert_access_token");
+
+    let (successor, access) = (new_refresh(&grant), new_access(&grant));
+    for (step, successor, access) in [
+        ("storing the successor", &existing_refresh, &access),
+        ("storing the access token", &successor, &existing_access),
+    ] {
+        assert!(
+            store
+                .rotate_refresh_token(&token.hash, successor, access, base_time())
+                .await
+                .is_err(),
+            "a rotation failing at {step} must be an error"
+        );
+        assert_eq!(
+            store
+                .find_refresh_token(&token.hash)
+                .await
+                .expect("find")
+                .map(|t| t.state),
+            Some(RefreshState::Active),
+            "a rotation failing at {step} must leave the token active"
+        );
+    }
+    assert_eq!(
+        store
+            .find_refresh_token(&successor.hash)
+            .await
+            .expect("find"),
+        None,
+        "a failed rotation must not leave its successor"
+    );
+    assert_eq!(
+        store.find_access_token(&access.hash).await.expect("find"),
+        None,
+        "a failed rotation must not leave its access token"
+    );
+    assert_eq!(
+        store
+            .rotate_refresh_token(&token.hash, &successor, &access, base_time())
+            .await
+            .expect("the retry"),
+        Rotation::Rotated,
+        "the token must rotate on retry"
+    );
+    assert!(
+        store
+            .find_access_token(&access.hash)
+            .await
+            .expect("find")
+            .is_some(),
+        "a rotation stores its access token"
+    );
+}
+
+/// The purge deletes what stopped being usable before the cutoff, never
+/// what is usable at it, in batches of at most `limit`.
+///
+/// Its records are dated a quarter century before the rest of the suite's,
+/// so that a purge here never touches what another check (running in
+/// parallel on a shared database) relies on.
+async fn check_purge(store: &dyn crate::TokenStore) {
+    let cutoff = base_time() - Duration::days(365 * 25);
+    let long_ago = cutoff - Duration::days(30);
+    let dated = |grant: &Grant| Grant {
+        created_at: long_ago,
+        ..grant.clone()
+    };
+    let live_grant = dated(&new_grant());
+    let revoked_grant = dated(&new_grant());
+    for grant in [&live_grant, &revoked_grant] {
+        store.insert_grant(grant).await.expect("insert_grant");
+    }
+    store
+        .revoke_grant(revoked_grant.id, cutoff - Duration::seconds(1))
+        .await
+        .expect("revoke_grant");
+    let code = |expires_at| CodeRecord {
+        issued_at: long_ago,
+        expires_at,
+        ..new_code(&live_grant)
+    };
+    let access = |expires_at| AccessTokenRecord {
+        issued_at: long_ago,
+        expires_at,
+        ..new_access(&live_grant)
+    };
+    let refresh = |grant: &Grant, expires_at| RefreshTokenRecord {
+        issued_at: long_ago,
+        expires_at,
+        ..new_refresh(grant)
+    };
+
+    let expired_code = code(cutoff - Duration::seconds(1));
+    let used_code = code(cutoff - Duration::seconds(1));
+    let live_code = code(cutoff);
+    for c in [&expired_code, &used_code, &live_code] {
+        store.insert_code(c).await.expect("insert_code");
+    }
+    store.take_code(&used_code.hash).await.expect("take_code");
+    let expired_access = access(cutoff - Duration::seconds(1));
+    let live_access = access(cutoff);
+    for a in [&expired_access, &live_access] {
+        store
+            .insert_access_token(a)
+            .await
+            .expect("insert_access_token");
+    }
+    let rotated_long_ago = refresh(&live_grant, None);
+    let rotated_recently = refresh(&live_grant, None);
+    let expired_refresh = refresh(&live_grant, Some(cutoff - Duration::seconds(1)));
+    let of_revoked_grant = refresh(&revoked_grant, None);
+    let live_refresh = refresh(&live_grant, Some(cutoff));
+    for r in [
+        &rotated_long_ago,
+        &rotated_recently,
+        &expired_refresh,
+        &of_revoked_grant,
+        &live_refresh,
+    ] {
+        store
+            .insert_refresh_token(r)
+            .await
+            .expect("insert_refresh_token");
+    }
+    let successor_long_ago = refresh(&live_grant, None);
+    let successor_recently = refresh(&live_grant, None);
+    for (token, successor, at) in [
+        (
+            &rotated_long_ago,
+            &successor_long_ago,
+            cutoff - Duration::seconds(1),
+        ),
+        (&rotated_recently, &successor_recently, cutoff),
+    ] {
+        let rotated = store
+            .rotate_refresh_token(&token.hash, successor, &access(cutoff), at)
+            .await
+            .expect("rotate_refresh_token");
+        assert_eq!(rotated, Rotation::Rotated);
+    }
+
+    // Six records are purgeable; batches of two take four calls. A purge
+    // running in parallel (another run of the suite on the same database)
+    // may take some of them, so only the bounds are exact.
+    let mut calls = 0;
+    loop {
+        let deleted = store.purge_expired(cutoff, 2).await.expect("purge_expired");
+        assert!(deleted <= 2, "a purge call deleted {deleted} > its limit 2");
+        calls += 1;
+        assert!(calls <= 64, "the purge did not come to an end");
+        if deleted < 2 {
+            break;
+        }
+    }
+
+    for (what, hash) in [
+        ("an expired code", expired_code.hash),
+        ("an expired used code", used_code.hash),
+    ] {
+        assert_eq!(
+            store.find_code(&hash).await.expect("find_code"),
+            CodeLookup::NotFound,
+            "the purge must delete {what}"
+        );
+    }
+    assert!(
+        matches!(
+            store.find_code(&live_code.hash).await.expect("find_code"),
+            CodeLookup::Unused(_)
+        ),
+        "the purge must keep a code that expires at the cutoff"
+    );
+    assert_eq!(
+        store
+            .find_access_token(&expired_access.hash)
+            .await
+            .expect("find"),
+        None,
+        "the purge must delete an expired access token"
+    );
+    assert!(
+        store
+            .find_access_token(&live_access.hash)
+            .await
+            .expect("find")
+            .is_some(),
+        "the purge must keep an access token that expires at the cutoff"
+    );
+    for (what, hash) in [
+        ("a token rotated before the cutoff", rotated_long_ago.hash),
+        ("an expired refresh token", expired_refresh.hash),
+        ("a refresh token of a revoked grant", of_revoked_grant.hash),
+    ] {
+        assert_eq!(
+            store.find_refresh_token(&hash).await.expect("find"),
+            None,
+            "the purge must delete {what}"
+        );
+    }
+    for (what, hash) in [
+        ("a token rotated at the cutoff", rotated_recently.hash),
+        (
+            "a refresh token that expires at the cutoff",
+            live_refresh.hash,
+        ),
+        ("an active successor", successor_long_ago.hash),
+        ("an active successor", successor_recently.hash),
+    ] {
+        assert!(
+            store
+                .find_refresh_token(&hash)
+                .await
+                .expect("find")
+                .is_some(),
+            "the purge must keep {what}"
+        );
+    }
+    assert!(
+        store
+            .find_grant(revoked_grant.id)
+            .await
+            .expect("find_grant")
+            .is_some(),
+        "the purge keeps grants"
+    );
+}
+
+async fn check_concurrent_redemption(store: Arc<dyn crate::TokenStore>) {
+    let grant = new_grant();
+    store.insert_grant(&grant).await.expect("insert_grant");
+    let code = new_code(&grant);
+    store.insert_code(&code).await.expect("insert_code");
+    let tokens: Vec<_> = (0..RACERS)
+        .map(|_| (new_refresh(&grant), new_access(&grant)))
+        .collect();
+    let tasks: Vec<_> = tokens
+        .iter()
+        .cloned()
+        .map(|(refresh, access)| {
+            let store = store.clone();
+            let hash = code.hash;
+            tokio::spawn(async move { store.redeem_code(&hash, &refresh, &access).await })
+        })
+        .collect();
+    let mut taken = 0;
+    for task in tasks {
+        match task.await.expect("task").expect("redeem_code") {
+            CodeTake::Taken(_) => taken += 1,
+            CodeTake::AlreadyTaken { grant_id, .. } => assert_eq!(grant_id, grant.id),
+            other => panic!("unexpected redemption result {other:?}"),
+        }
+    }
+    assert_eq!(taken, 1, "exactly one concurrent caller may redeem a code");
+    let mut stored = 0;
+    for (refresh, access) in &tokens {
+        let has_refresh = store
+            .find_refresh_token(&refresh.hash)
+            .await
+            .expect("find")
+            .is_some();
+        let has_access = store
+            .find_access_token(&access.hash)
+            .await
+            .expect("find")
+            .is_some();
+        assert_eq!(
+            has_refresh, has_access,
+            "a redemption stores both of its tokens or neither"
+        );
+        stored += usize::from(has_refresh);
+    }
+    assert_eq!(stored, 1, "only the winner's tokens may be stored");
 }
 
 async fn check_grants(store: &dyn crate::TokenStore) {
@@ -256,7 +714,7 @@ async fn check_refresh_tokens(store: &dyn crate::TokenStore) {
     let at = base_time() + Duration::seconds(60);
     assert_eq!(
         store
-            .rotate_refresh_token(&token.hash, &successor, at)
+            .rotate_refresh_token(&token.hash, &successor, &new_access(&grant), at)
             .await
             .expect("rotate"),
         Rotation::Rotated
@@ -284,7 +742,7 @@ async fn check_refresh_tokens(store: &dyn crate::TokenStore) {
     let other = new_refresh(&grant);
     assert_eq!(
         store
-            .rotate_refresh_token(&token.hash, &other, at)
+            .rotate_refresh_token(&token.hash, &other, &new_access(&grant), at)
             .await
             .expect("rotate"),
         Rotation::AlreadyRotated {
@@ -302,7 +760,7 @@ async fn check_refresh_tokens(store: &dyn crate::TokenStore) {
     let unknown = RefreshToken::generate(&OsRandom).hash(&hasher());
     assert_eq!(
         store
-            .rotate_refresh_token(&unknown, &other, at)
+            .rotate_refresh_token(&unknown, &other, &new_access(&grant), at)
             .await
             .expect("rotate"),
         Rotation::NotFound
@@ -330,7 +788,7 @@ async fn check_refresh_tokens(store: &dyn crate::TokenStore) {
     );
     assert_eq!(
         store
-            .rotate_refresh_token(&successor.hash, &other, at)
+            .rotate_refresh_token(&successor.hash, &other, &new_access(&grant), at)
             .await
             .expect("rotate"),
         Rotation::Revoked,
@@ -373,23 +831,25 @@ async fn check_concurrent_rotation(store: Arc<dyn crate::TokenStore>) {
         .insert_refresh_token(&token)
         .await
         .expect("insert_refresh_token");
-    let successors: Vec<_> = (0..RACERS).map(|_| new_refresh(&grant)).collect();
+    let successors: Vec<_> = (0..RACERS)
+        .map(|_| (new_refresh(&grant), new_access(&grant)))
+        .collect();
     let tasks: Vec<_> = successors
         .iter()
         .cloned()
-        .map(|successor| {
+        .map(|(successor, access)| {
             let store = store.clone();
             let old = token.hash;
             tokio::spawn(async move {
                 store
-                    .rotate_refresh_token(&old, &successor, base_time())
+                    .rotate_refresh_token(&old, &successor, &access, base_time())
                     .await
             })
         })
         .collect();
     let mut winners = Vec::new();
     let mut named = Vec::new();
-    for (task, successor) in tasks.into_iter().zip(&successors) {
+    for (task, (successor, _)) in tasks.into_iter().zip(&successors) {
         match task.await.expect("task").expect("rotate_refresh_token") {
             Rotation::Rotated => winners.push(successor.hash),
             Rotation::AlreadyRotated { successor, .. } => named.push(successor),
@@ -406,7 +866,8 @@ async fn check_concurrent_rotation(store: Arc<dyn crate::TokenStore>) {
         "losers must learn the winner's successor"
     );
     let mut live = 0;
-    for successor in &successors {
+    let mut access_tokens = 0;
+    for (successor, access) in &successors {
         if store
             .find_refresh_token(&successor.hash)
             .await
@@ -415,8 +876,20 @@ async fn check_concurrent_rotation(store: Arc<dyn crate::TokenStore>) {
         {
             live += 1;
         }
+        if store
+            .find_access_token(&access.hash)
+            .await
+            .expect("find")
+            .is_some()
+        {
+            access_tokens += 1;
+        }
     }
     assert_eq!(live, 1, "only the winner's successor may be stored");
+    assert_eq!(
+        access_tokens, 1,
+        "only the winner's access token may be stored"
+    );
 }
 
 /// Checks every clause of [`crate::ClientRegistry`].
@@ -772,7 +1245,77 @@ pub async fn check_event_sink(sink: Arc<dyn EventSink>) {
             .is_some()
     );
 
+    check_claim_purge(&*sink).await;
     check_concurrent_idempotent_retries(sink, account).await;
+}
+
+/// The purge of idempotency claims deletes expired claims only, and never
+/// an event. Its claims are dated a quarter century before the rest of the
+/// suite's, so it never touches what another check relies on.
+async fn check_claim_purge(sink: &dyn EventSink) {
+    let account = AccountId(random_uuid(&OsRandom));
+    let cutoff = base_time() - Duration::days(365 * 25);
+    let submission = |n: usize, expires_at: OffsetDateTime| EventSubmission {
+        events: vec![new_event(account, 200 + n)],
+        batch_uuid: None,
+        idempotency: Some(IdempotencyClaim {
+            created_at: expires_at - Duration::hours(24),
+            expires_at,
+            ..claim(account, &format!("purge-{n}"), 1, cutoff)
+        }),
+    };
+    let expired = submission(0, cutoff - Duration::seconds(1));
+    let live = submission(1, cutoff);
+    for s in [&expired, &live] {
+        assert_eq!(
+            sink.record(s).await.expect("record"),
+            RecordOutcome::Recorded
+        );
+    }
+    loop {
+        let deleted = sink
+            .purge_expired_claims(cutoff, 1)
+            .await
+            .expect("purge_expired_claims");
+        assert!(deleted <= 1, "a purge call deleted {deleted} > its limit 1");
+        if deleted == 0 {
+            break;
+        }
+    }
+    // A retry of the live claim, made at the cutoff, is still a replay; the
+    // purged key, reused with another body, is a new request.
+    let retry_at = |s: &EventSubmission, n: usize, fingerprint: u8| EventSubmission {
+        events: vec![new_event(account, 210 + n)],
+        idempotency: s.idempotency.clone().map(|c| IdempotencyClaim {
+            fingerprint: [fingerprint; 32],
+            created_at: cutoff - Duration::seconds(2),
+            ..c
+        }),
+        ..s.clone()
+    };
+    assert!(
+        matches!(
+            sink.record(&retry_at(&live, 1, 1)).await.expect("record"),
+            RecordOutcome::Replayed { .. }
+        ),
+        "the purge must keep a claim that expires at the cutoff"
+    );
+    assert_eq!(
+        sink.record(&retry_at(&expired, 0, 2))
+            .await
+            .expect("record"),
+        RecordOutcome::Recorded,
+        "the purge must delete an expired claim"
+    );
+    for s in [&expired, &live] {
+        assert!(
+            sink.find_event(s.events[0].event_uuid)
+                .await
+                .expect("find_event")
+                .is_some(),
+            "the purge must never delete an event"
+        );
+    }
 }
 
 async fn check_concurrent_idempotent_retries(sink: Arc<dyn EventSink>, account: AccountId) {

@@ -162,8 +162,8 @@ pub use secret::{
     SecretHash, SecretHasher, SecretKind,
 };
 pub use store::{
-    AccountStore, ApiKeyStore, ClientRegistry, CodeTake, EventSink, Rotation, StoreError,
-    TokenStore,
+    AccountStore, ApiKeyStore, ClientRegistry, CodeLookup, CodeTake, EventSink, Rotation,
+    StoreError, TokenStore,
 };
 pub use token::{AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord};
 pub use token_endpoint::TokenResponse;

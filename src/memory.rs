@@ -15,9 +15,9 @@ use uuid::Uuid;
 
 use crate::{
     AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
-    Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink, EventSubmission, Grant,
-    GrantId, IdempotencyScope, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord,
-    Rotation, SecretHash, StoreError, TokenStore,
+    Client, ClientId, ClientRegistry, CodeLookup, CodeRecord, CodeTake, EventSink, EventSubmission,
+    Grant, GrantId, IdempotencyScope, RecordOutcome, RecordedEvent, RefreshState,
+    RefreshTokenRecord, Rotation, SecretHash, StoreError, TokenStore,
 };
 
 /// Locks a mutex, ignoring poisoning: every critical section below leaves
@@ -38,6 +38,51 @@ struct TokenState {
 }
 
 impl TokenState {
+    /// Refuses new tokens whose hashes are taken, before anything changes.
+    fn check_new_tokens(
+        &self,
+        refresh: Option<&RefreshTokenRecord>,
+        access: &AccessTokenRecord,
+    ) -> Result<(), StoreError> {
+        if refresh.is_some_and(|refresh| self.refresh.contains_key(&refresh.hash)) {
+            return Err(StoreError::Duplicate {
+                what: "refresh token",
+            });
+        }
+        if self.access.contains_key(&access.hash) {
+            return Err(StoreError::Duplicate {
+                what: "access token",
+            });
+        }
+        Ok(())
+    }
+
+    /// Stores new tokens that [`TokenState::check_new_tokens`] accepted, as
+    /// active and unrevoked whatever their records say.
+    fn store_new_tokens(
+        &mut self,
+        refresh: Option<&RefreshTokenRecord>,
+        access: &AccessTokenRecord,
+    ) {
+        if let Some(refresh) = refresh {
+            self.refresh.insert(
+                refresh.hash,
+                RefreshTokenRecord {
+                    revoked: false,
+                    state: RefreshState::Active,
+                    ..refresh.clone()
+                },
+            );
+        }
+        self.access.insert(
+            access.hash,
+            AccessTokenRecord {
+                revoked: false,
+                ..access.clone()
+            },
+        );
+    }
+
     fn grant_revoked(&self, id: GrantId) -> bool {
         // A token whose grant is unknown is treated as revoked: it cannot be
         // traced to a live authorization.
@@ -95,6 +140,43 @@ impl TokenStore for MemoryTokenStore {
         }
         state.codes.insert(code.hash, (code.clone(), false));
         Ok(())
+    }
+
+    async fn find_code(&self, hash: &SecretHash) -> Result<CodeLookup, StoreError> {
+        Ok(match lock(&self.state).codes.get(hash) {
+            None => CodeLookup::NotFound,
+            Some((record, false)) => CodeLookup::Unused(record.clone()),
+            Some((record, true)) => CodeLookup::Used {
+                grant_id: record.grant_id,
+                client_id: record.client_id.clone(),
+            },
+        })
+    }
+
+    async fn redeem_code(
+        &self,
+        hash: &SecretHash,
+        refresh: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
+    ) -> Result<CodeTake, StoreError> {
+        let mut state = lock(&self.state);
+        // Every check before the first change: all or nothing.
+        let record = match state.codes.get(hash) {
+            None => return Ok(CodeTake::NotFound),
+            Some((record, true)) => {
+                return Ok(CodeTake::AlreadyTaken {
+                    grant_id: record.grant_id,
+                    client_id: record.client_id.clone(),
+                });
+            }
+            Some((record, false)) => record.clone(),
+        };
+        state.check_new_tokens(Some(refresh), access)?;
+        if let Some((_, taken)) = state.codes.get_mut(hash) {
+            *taken = true;
+        }
+        state.store_new_tokens(Some(refresh), access);
+        Ok(CodeTake::Taken(record))
     }
 
     async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError> {
@@ -172,9 +254,11 @@ impl TokenStore for MemoryTokenStore {
         &self,
         old: &SecretHash,
         successor: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
         at: OffsetDateTime,
     ) -> Result<Rotation, StoreError> {
         let mut state = lock(&self.state);
+        // Every check before the first change: all or nothing.
         let Some(record) = state.refresh.get(old) else {
             return Ok(Rotation::NotFound);
         };
@@ -187,26 +271,59 @@ impl TokenStore for MemoryTokenStore {
                 successor: *successor,
             });
         }
-        if state.refresh.contains_key(&successor.hash) {
-            return Err(StoreError::Duplicate {
-                what: "refresh token",
-            });
-        }
+        state.check_new_tokens(Some(successor), access)?;
         if let Some(record) = state.refresh.get_mut(old) {
             record.state = RefreshState::Rotated {
                 at,
                 successor: successor.hash,
             };
         }
-        state.refresh.insert(
-            successor.hash,
-            RefreshTokenRecord {
-                revoked: false,
-                state: RefreshState::Active,
-                ..successor.clone()
-            },
-        );
+        state.store_new_tokens(Some(successor), access);
         Ok(Rotation::Rotated)
+    }
+
+    async fn purge_expired(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        let mut budget = Budget(limit);
+        state
+            .codes
+            .retain(|_, (code, _)| !budget.spend(code.expires_at < cutoff));
+        state
+            .access
+            .retain(|_, token| !budget.spend(token.expires_at < cutoff));
+        let grants = &state.grants;
+        state.refresh.retain(|_, token| {
+            let rotated_before =
+                matches!(token.state, RefreshState::Rotated { at, .. } if at < cutoff);
+            let expired_before = token.expires_at.is_some_and(|at| at < cutoff);
+            let revoked_before = grants
+                .get(&token.grant_id)
+                .and_then(|grant| grant.revoked_at)
+                .is_some_and(|at| at < cutoff);
+            !budget.spend(rotated_before || expired_before || revoked_before)
+        });
+        Ok(limit - budget.0)
+    }
+}
+
+/// How many more records a purge may delete.
+struct Budget(usize);
+
+impl Budget {
+    /// Whether to delete a record that is `purgeable`: yes while the budget
+    /// lasts, which this spends.
+    fn spend(&mut self, purgeable: bool) -> bool {
+        if purgeable && self.0 > 0 {
+            self.0 -= 1;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -424,5 +541,17 @@ impl EventSink for MemoryEventSink {
 
     async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {
         Ok(lock(&self.state).events.get(&event_uuid).cloned())
+    }
+
+    async fn purge_expired_claims(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let mut budget = Budget(limit);
+        lock(&self.state)
+            .claims
+            .retain(|_, claim| !budget.spend(claim.expires_at < cutoff));
+        Ok(limit - budget.0)
     }
 }

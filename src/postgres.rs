@@ -36,15 +36,15 @@ use uuid::Uuid;
 
 use crate::sql::{
     self, GroupQueue, Job, Migration, RECORD, RecordColumns, access_from, account_from, answer,
-    api_key_from, backend, channel_to_json, client_from, code_from, code_tombstone, event_from,
-    find_row, grant_from, insert_failed, insert_row, refresh_from, replay_or_reuse,
+    api_key_from, backend, channel_to_json, client_from, code_from, code_lookup, code_tombstone,
+    event_from, find_row, grant_from, insert_failed, insert_row, refresh_from, replay_or_reuse,
     rotation_refused,
 };
 use crate::{
     AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
-    Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink, EventSubmission, Grant,
-    GrantId, RecordOutcome, RecordedEvent, RefreshTokenRecord, Rotation, SecretHash, StoreError,
-    TokenStore,
+    Client, ClientId, ClientRegistry, CodeLookup, CodeRecord, CodeTake, EventSink, EventSubmission,
+    Grant, GrantId, RecordOutcome, RecordedEvent, RefreshTokenRecord, Rotation, SecretHash,
+    StoreError, TokenStore,
 };
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
@@ -56,6 +56,10 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 2,
         sql: include_str!("../migrations/postgres/0002_idempotency_scope.sql"),
+    },
+    Migration {
+        version: 3,
+        sql: include_str!("../migrations/postgres/0003_purge_indexes.sql"),
     },
 ];
 
@@ -311,6 +315,18 @@ impl RecordColumns for Columns {
 /// A statement with its arguments bound.
 type Statement<'q> = sql::Statement<'q, Postgres>;
 
+/// Binds an access token's `hash, grant_id, client_id, account_id,
+/// issued_at, expires_at`, in that order, after what `statement` has bound.
+fn bind_access<'q>(statement: Statement<'q>, token: &'q AccessTokenRecord) -> Statement<'q> {
+    statement
+        .bind(token.hash.as_bytes().as_slice())
+        .bind(token.grant_id.0)
+        .bind(token.client_id.as_str())
+        .bind(token.account_id.0)
+        .bind(token.issued_at)
+        .bind(token.expires_at)
+}
+
 /// Binds a refresh token's `hash, grant_id, client_id, account_id,
 /// issued_at, expires_at`, in that order, after what `statement` has bound.
 fn bind_refresh<'q>(statement: Statement<'q>, token: &'q RefreshTokenRecord) -> Statement<'q> {
@@ -392,27 +408,77 @@ impl TokenStore for PgStore {
         if let Some(code) = find_row(&self.pool, take, ACTION, |c| code_from(c, *hash)).await? {
             return Ok(CodeTake::Taken(code));
         }
-        // Codes are never deleted and never untaken, so a row found now is
-        // a tombstone.
-        let tombstone =
-            sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = $1")
-                .bind(hash.as_bytes().as_slice());
-        Ok(find_row(&self.pool, tombstone, ACTION, code_tombstone)
-            .await?
-            .unwrap_or(CodeTake::NotFound))
+        self.code_tombstone(hash, ACTION).await
+    }
+
+    async fn find_code(&self, hash: &SecretHash) -> Result<CodeLookup, StoreError> {
+        let statement = sqlx::query(
+            "SELECT grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                    issued_at, expires_at, taken
+             FROM authorization_codes WHERE hash = $1",
+        )
+        .bind(hash.as_bytes().as_slice());
+        let action = "read an authorization code";
+        Ok(
+            find_row(&self.pool, statement, action, |c| code_lookup(c, *hash))
+                .await?
+                .unwrap_or(CodeLookup::NotFound),
+        )
+    }
+
+    async fn redeem_code(
+        &self,
+        hash: &SecretHash,
+        refresh: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
+    ) -> Result<CodeTake, StoreError> {
+        const ACTION: &str = "redeem an authorization code";
+        // One statement, so one implicit transaction: the tokens are
+        // inserted only from the row the UPDATE marked, and a failure of any
+        // part (a duplicate hash, a lost connection) undoes every part.
+        // Concurrent callers queue on the code's row lock and re-check
+        // `NOT taken` on the committed row: one wins.
+        let redeem = sqlx::query(
+            "WITH taken AS (
+                 UPDATE authorization_codes SET taken = TRUE
+                 WHERE hash = $1 AND NOT taken
+                 RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                           issued_at, expires_at
+             ), refresh AS (
+                 INSERT INTO refresh_tokens
+                     (hash, grant_id, client_id, account_id, issued_at, expires_at)
+                 SELECT $2, $3, $4, $5, $6, $7 FROM taken
+             ), access AS (
+                 INSERT INTO access_tokens
+                     (hash, grant_id, client_id, account_id, issued_at, expires_at)
+                 SELECT $8, $9, $10, $11, $12, $13 FROM taken
+             )
+             SELECT * FROM taken",
+        )
+        .bind(hash.as_bytes().as_slice());
+        let redeem = bind_access(bind_refresh(redeem, refresh), access);
+        let taken = redeem
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(insert_failed("token", ACTION))?;
+        match taken {
+            Some(row) => Ok(CodeTake::Taken(code_from(
+                &Columns::new(row, ACTION),
+                *hash,
+            )?)),
+            None => self.code_tombstone(hash, ACTION).await,
+        }
     }
 
     async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
-        let statement = sqlx::query(
-            "INSERT INTO access_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(token.hash.as_bytes().as_slice())
-        .bind(token.grant_id.0)
-        .bind(token.client_id.as_str())
-        .bind(token.account_id.0)
-        .bind(token.issued_at)
-        .bind(token.expires_at);
+        let statement = bind_access(
+            sqlx::query(
+                "INSERT INTO access_tokens
+                     (hash, grant_id, client_id, account_id, issued_at, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            ),
+            token,
+        );
         let action = "insert an access token";
         insert_row(&self.pool, statement, "access token", action).await
     }
@@ -468,6 +534,7 @@ impl TokenStore for PgStore {
         &self,
         old: &SecretHash,
         successor: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
         at: OffsetDateTime,
     ) -> Result<Rotation, StoreError> {
         const ACTION: &str = "rotate a refresh token";
@@ -475,9 +542,10 @@ impl TokenStore for PgStore {
         // statement match nothing and the look-up then find it active; the
         // statement is simply tried again.
         for _ in 0..3 {
-            // One statement: the successor is inserted only from the row the
-            // UPDATE marked, and the UPDATE marks only an active token of a
-            // live grant. Concurrent callers queue on the row lock and
+            // One statement: the successor and the access token are inserted
+            // only from the row the UPDATE marked, the UPDATE marks only an
+            // active token of a live grant, and a failure of any part undoes
+            // every part. Concurrent callers queue on the row lock and
             // re-check `rotated_at IS NULL` on the committed row: one wins.
             let rotate = sqlx::query(
                 "WITH rotated AS (
@@ -486,17 +554,21 @@ impl TokenStore for PgStore {
                        AND EXISTS (SELECT 1 FROM grants g
                                    WHERE g.id = r.grant_id AND g.revoked_at IS NULL)
                      RETURNING r.hash
+                 ), successor AS (
+                     INSERT INTO refresh_tokens
+                         (hash, grant_id, client_id, account_id, issued_at, expires_at)
+                     SELECT $3, $4, $5, $6, $7, $8 FROM rotated
                  )
-                 INSERT INTO refresh_tokens
+                 INSERT INTO access_tokens
                      (hash, grant_id, client_id, account_id, issued_at, expires_at)
-                 SELECT $3, $4, $5, $6, $7, $8 FROM rotated",
+                 SELECT $9, $10, $11, $12, $13, $14 FROM rotated",
             )
             .bind(old.as_bytes().as_slice())
             .bind(at);
-            let rotated = bind_refresh(rotate, successor)
+            let rotated = bind_access(bind_refresh(rotate, successor), access)
                 .execute(&self.pool)
                 .await
-                .map_err(insert_failed("refresh token", ACTION))?;
+                .map_err(insert_failed("token", ACTION))?;
             if rotated.rows_affected() == 1 {
                 return Ok(Rotation::Rotated);
             }
@@ -516,6 +588,76 @@ impl TokenStore for PgStore {
         }
         Err(StoreError::backend(ACTION, RotationContended))
     }
+
+    async fn purge_expired(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        // Each DELETE is a transaction of its own, of at most `limit` rows,
+        // found through the purge indexes: locks are held one short
+        // statement at a time.
+        const PURGES: [&str; 5] = [
+            "DELETE FROM authorization_codes WHERE hash IN
+                 (SELECT hash FROM authorization_codes WHERE expires_at < $1 LIMIT $2)",
+            "DELETE FROM access_tokens WHERE hash IN
+                 (SELECT hash FROM access_tokens WHERE expires_at < $1 LIMIT $2)",
+            "DELETE FROM refresh_tokens WHERE hash IN
+                 (SELECT hash FROM refresh_tokens WHERE rotated_at < $1 LIMIT $2)",
+            "DELETE FROM refresh_tokens WHERE hash IN
+                 (SELECT hash FROM refresh_tokens WHERE expires_at < $1 LIMIT $2)",
+            "DELETE FROM refresh_tokens WHERE hash IN
+                 (SELECT r.hash FROM grants g JOIN refresh_tokens r ON r.grant_id = g.id
+                  WHERE g.revoked_at < $1 LIMIT $2)",
+        ];
+        purge(&self.pool, &PURGES, cutoff, limit, "purge expired tokens").await
+    }
+}
+
+impl PgStore {
+    /// What a code the caller could not take tells of it: its tombstone, or
+    /// nothing if it never existed (or the purge deleted it meanwhile).
+    async fn code_tombstone(
+        &self,
+        hash: &SecretHash,
+        action: &'static str,
+    ) -> Result<CodeTake, StoreError> {
+        let tombstone =
+            sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = $1")
+                .bind(hash.as_bytes().as_slice());
+        Ok(find_row(&self.pool, tombstone, action, code_tombstone)
+            .await?
+            .unwrap_or(CodeTake::NotFound))
+    }
+}
+
+/// Runs each of `statements` (`$1` the cutoff, `$2` how many rows it may
+/// still delete) until `limit` rows are deleted in all; returns how many
+/// were.
+async fn purge(
+    pool: &PgPool,
+    statements: &[&'static str],
+    cutoff: OffsetDateTime,
+    limit: usize,
+    action: &'static str,
+) -> Result<usize, StoreError> {
+    let mut deleted = 0;
+    for statement in statements {
+        let left = limit - deleted;
+        if left == 0 {
+            break;
+        }
+        let done = sqlx::query(statement)
+            .bind(cutoff)
+            .bind(i64::try_from(left).unwrap_or(i64::MAX))
+            .execute(pool)
+            .await
+            .map_err(backend(action))?;
+        deleted += usize::try_from(done.rows_affected())
+            .unwrap_or(left)
+            .min(left);
+    }
+    Ok(deleted)
 }
 
 #[async_trait]
@@ -898,6 +1040,20 @@ impl EventSink for PgStore {
         )
         .bind(event_uuid);
         find_row(&self.pool, statement, "read an event", event_from).await
+    }
+
+    async fn purge_expired_claims(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        const PURGES: [&str; 1] = [
+            "DELETE FROM idempotency_claims WHERE (account_id, scope, key) IN
+                 (SELECT account_id, scope, key FROM idempotency_claims
+                  WHERE expires_at < $1 LIMIT $2)",
+        ];
+        let action = "purge expired idempotency claims";
+        purge(&self.pool, &PURGES, cutoff, limit, action).await
     }
 }
 

@@ -14,10 +14,10 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::{
-    AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeRecord,
-    CodeTake, EventSubmission, Grant, GrantId, IdempotencyClaim, IntakeChannel, PkceChallenge,
-    RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord, Rotation, SecretHash,
-    StoreError,
+    AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeLookup,
+    CodeRecord, CodeTake, EventSubmission, Grant, GrantId, IdempotencyClaim, IntakeChannel,
+    PkceChallenge, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord, Rotation,
+    SecretHash, StoreError,
 };
 
 /// A stored value that does not decode into its record field.
@@ -279,6 +279,22 @@ pub(crate) fn code_from(
             .map(|challenge| PkceChallenge { challenge }),
         issued_at: c.time("issued_at")?,
         expires_at: c.time("expires_at")?,
+    })
+}
+
+/// A code as [`crate::TokenStore::find_code`] reports it, from its row
+/// (the columns of [`code_from`] and `taken`).
+pub(crate) fn code_lookup(
+    c: &impl RecordColumns,
+    hash: SecretHash,
+) -> Result<CodeLookup, StoreError> {
+    Ok(if c.flag("taken")? {
+        CodeLookup::Used {
+            grant_id: GrantId(c.uuid("grant_id")?),
+            client_id: ClientId::new(c.text("client_id")?),
+        }
+    } else {
+        CodeLookup::Unused(code_from(c, hash)?)
     })
 }
 

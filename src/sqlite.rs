@@ -33,15 +33,15 @@ use uuid::Uuid;
 
 use crate::sql::{
     self, GroupQueue, Job, Migration, RECORD, RecordColumns, access_from, account_from, answer,
-    api_key_from, backend, channel_to_json, client_from, code_from, code_tombstone, event_from,
-    find_row, grant_from, insert_failed, insert_row, malformed, refresh_from, replay_or_reuse,
-    rotation_refused,
+    api_key_from, backend, channel_to_json, client_from, code_from, code_lookup, code_tombstone,
+    event_from, find_row, grant_from, insert_failed, insert_row, malformed, refresh_from,
+    replay_or_reuse, rotation_refused,
 };
 use crate::{
     AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
-    Client, ClientId, ClientRegistry, CodeRecord, CodeTake, EventSink, EventSubmission, Grant,
-    GrantId, RecordOutcome, RecordedEvent, RefreshTokenRecord, Rotation, SecretHash, StoreError,
-    TokenStore,
+    Client, ClientId, ClientRegistry, CodeLookup, CodeRecord, CodeTake, EventSink, EventSubmission,
+    Grant, GrantId, RecordOutcome, RecordedEvent, RefreshTokenRecord, Rotation, SecretHash,
+    StoreError, TokenStore,
 };
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
@@ -53,6 +53,10 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 2,
         sql: include_str!("../migrations/sqlite/0002_idempotency_scope.sql"),
+    },
+    Migration {
+        version: 3,
+        sql: include_str!("../migrations/sqlite/0003_purge_indexes.sql"),
     },
 ];
 
@@ -397,8 +401,8 @@ impl TokenStore for SqliteStore {
         if let Some(code) = find_row(&self.writer, take, ACTION, |c| code_from(c, *hash)).await? {
             return Ok(CodeTake::Taken(code));
         }
-        // Codes are never deleted and never untaken, so a row found now is
-        // a tombstone.
+        // Codes are never untaken, so a row found now is a tombstone (or,
+        // if the purge deleted it meanwhile, none is found).
         let tombstone =
             sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?")
                 .bind(hash.as_bytes().as_slice());
@@ -407,19 +411,54 @@ impl TokenStore for SqliteStore {
             .unwrap_or(CodeTake::NotFound))
     }
 
-    async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
+    async fn find_code(&self, hash: &SecretHash) -> Result<CodeLookup, StoreError> {
         let statement = sqlx::query(
-            "INSERT INTO access_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
-             VALUES (?, ?, ?, ?, ?, ?)",
+            "SELECT grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                    issued_at, expires_at, taken
+             FROM authorization_codes WHERE hash = ?",
         )
-        .bind(token.hash.as_bytes().as_slice())
-        .bind(uuid_text(token.grant_id.0))
-        .bind(token.client_id.as_str())
-        .bind(uuid_text(token.account_id.0))
-        .bind(micros(token.issued_at)?)
-        .bind(micros(token.expires_at)?);
-        let action = "insert an access token";
-        insert_row(&self.writer, statement, "access token", action).await
+        .bind(hash.as_bytes().as_slice());
+        let action = "read an authorization code";
+        Ok(
+            find_row(&self.reader, statement, action, |c| code_lookup(c, *hash))
+                .await?
+                .unwrap_or(CodeLookup::NotFound),
+        )
+    }
+
+    async fn redeem_code(
+        &self,
+        hash: &SecretHash,
+        refresh: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
+    ) -> Result<CodeTake, StoreError> {
+        const ACTION: &str = "redeem an authorization code";
+        // One write transaction: the code is marked and both tokens stored,
+        // or (on any error, when `tx` is dropped unfinished) rolled back.
+        let mut tx = self.write_transaction(ACTION).await?;
+        let take = sqlx::query(
+            "UPDATE authorization_codes SET taken = 1
+             WHERE hash = ? AND taken = 0
+             RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                       issued_at, expires_at",
+        )
+        .bind(hash.as_bytes().as_slice());
+        let Some(code) = find_row(&mut *tx, take, ACTION, |c| code_from(c, *hash)).await? else {
+            let tombstone =
+                sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?")
+                    .bind(hash.as_bytes().as_slice());
+            return Ok(find_row(&mut *tx, tombstone, ACTION, code_tombstone)
+                .await?
+                .unwrap_or(CodeTake::NotFound));
+        };
+        insert_refresh(&mut *tx, refresh, ACTION).await?;
+        insert_access(&mut *tx, access, ACTION).await?;
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(CodeTake::Taken(code))
+    }
+
+    async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
+        insert_access(&self.writer, token, "insert an access token").await
     }
 
     async fn find_access_token(
@@ -464,6 +503,7 @@ impl TokenStore for SqliteStore {
         &self,
         old: &SecretHash,
         successor: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
         at: OffsetDateTime,
     ) -> Result<Rotation, StoreError> {
         const ACTION: &str = "rotate a refresh token";
@@ -494,11 +534,93 @@ impl TokenStore for SqliteStore {
             .await
             .map_err(backend(ACTION))?;
         // On failure the transaction is dropped and rolled back: the old
-        // token stays active.
+        // token stays active and neither new token is stored.
         insert_refresh(&mut *tx, successor, ACTION).await?;
+        insert_access(&mut *tx, access, ACTION).await?;
         tx.commit().await.map_err(backend(ACTION))?;
         Ok(Rotation::Rotated)
     }
+
+    async fn purge_expired(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        // Each DELETE is a transaction of its own, of at most `limit` rows:
+        // the write lock is held for one short statement at a time.
+        const PURGES: [&str; 5] = [
+            "DELETE FROM authorization_codes WHERE rowid IN
+                 (SELECT rowid FROM authorization_codes WHERE expires_at < ?1 LIMIT ?2)",
+            "DELETE FROM access_tokens WHERE rowid IN
+                 (SELECT rowid FROM access_tokens WHERE expires_at < ?1 LIMIT ?2)",
+            "DELETE FROM refresh_tokens WHERE rowid IN
+                 (SELECT rowid FROM refresh_tokens WHERE rotated_at < ?1 LIMIT ?2)",
+            "DELETE FROM refresh_tokens WHERE rowid IN
+                 (SELECT rowid FROM refresh_tokens WHERE expires_at < ?1 LIMIT ?2)",
+            "DELETE FROM refresh_tokens WHERE rowid IN
+                 (SELECT r.rowid FROM grants g JOIN refresh_tokens r ON r.grant_id = g.id
+                  WHERE g.revoked_at < ?1 LIMIT ?2)",
+        ];
+        purge(
+            &self.writer,
+            &PURGES,
+            micros(cutoff)?,
+            limit,
+            "purge expired tokens",
+        )
+        .await
+    }
+}
+
+/// Runs each of `statements` (`?1` the cutoff, `?2` how many rows it may
+/// still delete) until `limit` rows are deleted in all; returns how many
+/// were.
+async fn purge(
+    pool: &SqlitePool,
+    statements: &[&'static str],
+    cutoff: i64,
+    limit: usize,
+    action: &'static str,
+) -> Result<usize, StoreError> {
+    let mut deleted = 0;
+    for statement in statements {
+        let left = limit - deleted;
+        if left == 0 {
+            break;
+        }
+        let done = sqlx::query(statement)
+            .bind(cutoff)
+            .bind(i64::try_from(left).unwrap_or(i64::MAX))
+            .execute(pool)
+            .await
+            .map_err(backend(action))?;
+        deleted += usize::try_from(done.rows_affected())
+            .unwrap_or(left)
+            .min(left);
+    }
+    Ok(deleted)
+}
+
+/// Inserts an access token.
+async fn insert_access<'e, E>(
+    executor: E,
+    token: &AccessTokenRecord,
+    action: &'static str,
+) -> Result<(), StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let statement = sqlx::query(
+        "INSERT INTO access_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(token.hash.as_bytes().as_slice())
+    .bind(uuid_text(token.grant_id.0))
+    .bind(token.client_id.as_str())
+    .bind(uuid_text(token.account_id.0))
+    .bind(micros(token.issued_at)?)
+    .bind(micros(token.expires_at)?);
+    insert_row(executor, statement, "access token", action).await
 }
 
 /// Inserts a refresh token as active, whatever its `state` says.
@@ -823,6 +945,23 @@ impl EventSink for SqliteStore {
         )
         .bind(uuid_text(event_uuid));
         find_row(&self.reader, statement, "read an event", event_from).await
+    }
+
+    async fn purge_expired_claims(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        const PURGES: [&str; 1] = ["DELETE FROM idempotency_claims WHERE rowid IN
+             (SELECT rowid FROM idempotency_claims WHERE expires_at < ?1 LIMIT ?2)"];
+        purge(
+            &self.writer,
+            &PURGES,
+            micros(cutoff)?,
+            limit,
+            "purge expired idempotency claims",
+        )
+        .await
     }
 }
 

@@ -105,7 +105,25 @@ impl StoreError {
     }
 }
 
-/// The result of [`TokenStore::take_code`].
+/// What [`TokenStore::find_code`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CodeLookup {
+    /// The code is stored and has not been used.
+    Unused(CodeRecord),
+    /// The code was used before (its tombstone), by a redemption or because
+    /// a failed exchange burnt it.
+    Used {
+        /// The grant the code belonged to.
+        grant_id: GrantId,
+        /// The client it was issued to.
+        client_id: ClientId,
+    },
+    /// No code with this hash is stored.
+    NotFound,
+}
+
+/// The result of [`TokenStore::take_code`] and [`TokenStore::redeem_code`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CodeTake {
@@ -175,15 +193,43 @@ pub trait TokenStore: Send + Sync {
     /// `Duplicate` if the hash exists; `Backend` on failure.
     async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError>;
 
-    /// Consumes a code, *atomically*: the same code must never be returned
-    /// as [`CodeTake::Taken`] twice, however many callers race. A consumed
+    /// The code with this hash, and whether it was used. Changes nothing.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_code(&self, hash: &SecretHash) -> Result<CodeLookup, StoreError>;
+
+    /// Consumes a code without issuing anything, *atomically*: the service
+    /// burns a code this way when an exchange of it is refused (wrong
+    /// client, redirect URI or PKCE verifier). The same code must never be
+    /// returned as [`CodeTake::Taken`] twice, by this method or
+    /// [`TokenStore::redeem_code`], however many callers race. A consumed
     /// code is kept as a tombstone so later attempts get
-    /// [`CodeTake::AlreadyTaken`] with its grant. Expiry is not checked here:
-    /// the caller decides on the record.
+    /// [`CodeTake::AlreadyTaken`] with its grant.
     ///
     /// # Errors
     /// `Backend` on failure (then the code may or may not be consumed).
     async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError>;
+
+    /// Exchanges a code for its tokens, *atomically*: if the code is unused,
+    /// marks it used and stores `refresh` and `access`, as one step. Either
+    /// all three changes happen or none does: when this fails, for any
+    /// reason, the code is still unused and neither token is stored, so the
+    /// client's retry is an ordinary exchange and not a replay. Of any
+    /// number of concurrent callers exactly one gets [`CodeTake::Taken`]
+    /// (with the code's record); the others get [`CodeTake::AlreadyTaken`]
+    /// and store nothing. Expiry is not checked here: the caller decided on
+    /// the record of [`TokenStore::find_code`].
+    ///
+    /// # Errors
+    /// `Duplicate` if either token's hash exists; `Backend` on failure. In
+    /// both cases nothing changed.
+    async fn redeem_code(
+        &self,
+        hash: &SecretHash,
+        refresh: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
+    ) -> Result<CodeTake, StoreError>;
 
     /// Stores a new access token.
     ///
@@ -216,19 +262,46 @@ pub trait TokenStore: Send + Sync {
     ) -> Result<Option<RefreshTokenRecord>, StoreError>;
 
     /// Rotates a refresh token, *atomically*: if `old` is active and its grant
-    /// not revoked, mark it rotated at `at` with `successor.hash`, and insert
-    /// `successor`, as one step. Exactly one of any number of concurrent
-    /// callers gets [`Rotation::Rotated`]; the others get
-    /// [`Rotation::AlreadyRotated`] naming the winner's successor.
+    /// not revoked, mark it rotated at `at` with `successor.hash`, insert
+    /// `successor`, and insert `access` (the access token issued with it),
+    /// as one step. Either all three changes happen or none does: when this
+    /// fails, for any reason, `old` is still active and neither new token is
+    /// stored, so the client's retry is an ordinary refresh and not a reuse.
+    /// Exactly one of any number of concurrent callers gets
+    /// [`Rotation::Rotated`]; the others get [`Rotation::AlreadyRotated`]
+    /// naming the winner's successor, and store nothing.
     ///
     /// # Errors
-    /// `Backend` on failure (then neither change may have happened).
+    /// `Duplicate` if either new token's hash exists; `Backend` on failure.
+    /// In both cases nothing changed.
     async fn rotate_refresh_token(
         &self,
         old: &SecretHash,
         successor: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
         at: OffsetDateTime,
     ) -> Result<Rotation, StoreError>;
+
+    /// Deletes at most `limit` records that stopped being usable before
+    /// `cutoff`, and returns how many it deleted: authorization codes that
+    /// expired before it (used or not, tombstones included), access tokens
+    /// that expired before it, refresh tokens rotated before it (their
+    /// tombstones), refresh tokens that expired before it, and the refresh
+    /// tokens of grants revoked before it. Nothing usable at `cutoff` or
+    /// later is deleted; grants themselves are kept.
+    ///
+    /// Called by [`crate::Gateway::purge_expired`] repeatedly until it
+    /// returns less than `limit`. An implementation deletes in short
+    /// statements (no lock held across the whole purge), so that it never
+    /// stalls the requests running beside it.
+    ///
+    /// # Errors
+    /// `Backend` on failure (some records may have been deleted).
+    async fn purge_expired(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError>;
 }
 
 /// Registered applications.
@@ -330,6 +403,20 @@ pub trait EventSink: Send + Sync {
     /// # Errors
     /// `Backend` on failure.
     async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError>;
+
+    /// Deletes at most `limit` idempotency claims that expired before
+    /// `cutoff`, and returns how many it deleted. Events are never deleted.
+    /// Called by [`crate::Gateway::purge_expired`] repeatedly until it
+    /// returns less than `limit`, in short statements like
+    /// [`TokenStore::purge_expired`].
+    ///
+    /// # Errors
+    /// `Backend` on failure (some claims may have been deleted).
+    async fn purge_expired_claims(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError>;
 }
 
 #[cfg(test)]

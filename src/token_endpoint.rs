@@ -5,10 +5,10 @@ use serde_json::json;
 
 use crate::request::{HeaderCredentials, Params, ParamsError, parse_authorization};
 use crate::{
-    AccessToken, AuthorizationCode, Caller, Client, ClientId, ClientSecret, CodeTake, Gateway,
-    HttpAnswer, RefreshPolicy, RefreshState, RefreshToken, RequestParts, RotatedUse, Rotation,
-    SecretHash, TokenError, access_token_record, check_code_exchange, check_refresh_token,
-    is_active, judge_rotated_use, refresh_token_record,
+    AccessToken, AccessTokenRecord, AuthorizationCode, Caller, Client, ClientId, ClientSecret,
+    CodeLookup, CodeTake, Gateway, GrantId, HttpAnswer, RefreshPolicy, RefreshState, RefreshToken,
+    RequestParts, RotatedUse, Rotation, SecretHash, TokenError, access_token_record,
+    check_code_exchange, check_refresh_token, is_active, judge_rotated_use, refresh_token_record,
 };
 
 /// A successful token answer.
@@ -270,19 +270,24 @@ impl Gateway {
     ) -> Result<TokenResponse, TokenError> {
         let now = self.clock.now();
         let hash = AuthorizationCode::new(code).hash(&self.hasher);
-        let record = match self.stores.tokens.take_code(&hash).await? {
-            CodeTake::Taken(record) => record,
-            CodeTake::NotFound => return Err(TokenError::InvalidCode),
-            CodeTake::AlreadyTaken { grant_id, .. } => {
-                // RFC 6749 section 4.1.2: a code used twice revokes the tokens
-                // issued from it; the second user may be the thief.
-                self.stores.tokens.revoke_grant(grant_id, now).await?;
-                return Err(TokenError::ExpiredCode);
-            }
+        let record = match self.stores.tokens.find_code(&hash).await? {
+            CodeLookup::Unused(record) => record,
+            CodeLookup::NotFound => return Err(TokenError::InvalidCode),
+            CodeLookup::Used { grant_id, .. } => return self.replayed_code(grant_id, now).await,
         };
-        // The code is consumed whatever the check says: a wrong verifier or
-        // client burns it (RFC 7636 section 4.6, RFC 6749 section 10.5).
-        check_code_exchange(&record, &client.id, redirect_uri, code_verifier, now)?;
+        if let Err(refusal) =
+            check_code_exchange(&record, &client.id, redirect_uri, code_verifier, now)
+        {
+            // A refused exchange burns the code: a wrong verifier or client
+            // may be an attacker's guess (RFC 7636 section 4.6, RFC 6749
+            // section 10.5), and the code must not get another one.
+            if let CodeTake::AlreadyTaken { grant_id, .. } =
+                self.stores.tokens.take_code(&hash).await?
+            {
+                return self.replayed_code(grant_id, now).await;
+            }
+            return Err(refusal);
+        }
         let caller = Caller {
             account_id: record.account_id,
             client_id: record.client_id,
@@ -291,8 +296,34 @@ impl Gateway {
         let refresh_token = RefreshToken::generate(&*self.random);
         let refresh =
             refresh_token_record(&refresh_token, &caller, now, &self.config, &self.hasher);
-        self.stores.tokens.insert_refresh_token(&refresh).await?;
-        self.issue_access(caller, refresh_token, now).await
+        let (access_token, access) = self.new_access_token(&caller, now);
+        // One atomic step: should it fail, the code is still unused and the
+        // client's retry is an exchange like the first, not a replay.
+        match self
+            .stores
+            .tokens
+            .redeem_code(&hash, &refresh, &access)
+            .await?
+        {
+            CodeTake::Taken(_) => Ok(self.stored_tokens(access_token, refresh_token, caller)),
+            // Lost a race with another exchange of the same code.
+            CodeTake::AlreadyTaken { grant_id, .. } => self.replayed_code(grant_id, now).await,
+            CodeTake::NotFound => Err(TokenError::InvalidCode),
+        }
+    }
+
+    /// A code presented after it was used: RFC 6749 section 4.1.2, "if an
+    /// authorization code is used more than once, the authorization server
+    /// MUST deny the request and SHOULD revoke (when possible) all tokens
+    /// previously issued based on that authorization code". The second user
+    /// may be the thief.
+    async fn replayed_code(
+        &self,
+        grant_id: GrantId,
+        now: time::OffsetDateTime,
+    ) -> Result<TokenResponse, TokenError> {
+        self.stores.tokens.revoke_grant(grant_id, now).await?;
+        Err(TokenError::ExpiredCode)
     }
 
     async fn refresh(
@@ -322,13 +353,17 @@ impl Gateway {
                 let successor = presented.successor(&self.hasher);
                 let successor_record =
                     refresh_token_record(&successor, &caller, now, &self.config, &self.hasher);
+                let (access_token, access) = self.new_access_token(&caller, now);
+                // One atomic step: should it fail, the presented token is
+                // still active and the client's retry is a refresh like the
+                // first, not a reuse.
                 match self
                     .stores
                     .tokens
-                    .rotate_refresh_token(&hash, &successor_record, now)
+                    .rotate_refresh_token(&hash, &successor_record, &access, now)
                     .await?
                 {
-                    Rotation::Rotated => self.issue_access(caller, successor, now).await,
+                    Rotation::Rotated => Ok(self.stored_tokens(access_token, successor, caller)),
                     // Lost a race with a concurrent refresh of the same token.
                     Rotation::AlreadyRotated { at, successor } => {
                         self.rotated_use(caller, &presented, at, successor, now)
@@ -376,20 +411,43 @@ impl Gateway {
         Err(TokenError::InvalidRefreshToken)
     }
 
+    /// Issues an access token alongside a refresh token that is already
+    /// stored (the grace window's successor, or the token kept under
+    /// [`RefreshPolicy::Reuse`]).
     async fn issue_access(
         &self,
         caller: Caller,
         refresh_token: RefreshToken,
         now: time::OffsetDateTime,
     ) -> Result<TokenResponse, TokenError> {
-        let access_token = AccessToken::generate(&*self.random);
-        let record = access_token_record(&access_token, &caller, now, &self.config, &self.hasher);
+        let (access_token, record) = self.new_access_token(&caller, now);
         self.stores.tokens.insert_access_token(&record).await?;
-        Ok(TokenResponse {
+        Ok(self.stored_tokens(access_token, refresh_token, caller))
+    }
+
+    /// A fresh access token for `caller` and its record, not yet stored.
+    fn new_access_token(
+        &self,
+        caller: &Caller,
+        now: time::OffsetDateTime,
+    ) -> (AccessToken, AccessTokenRecord) {
+        let access_token = AccessToken::generate(&*self.random);
+        let record = access_token_record(&access_token, caller, now, &self.config, &self.hasher);
+        (access_token, record)
+    }
+
+    /// The answer for tokens that are stored.
+    fn stored_tokens(
+        &self,
+        access_token: AccessToken,
+        refresh_token: RefreshToken,
+        caller: Caller,
+    ) -> TokenResponse {
+        TokenResponse {
             access_token,
             refresh_token,
             expires_in: self.config.access_token_lifetime.whole_seconds(),
             caller,
-        })
+        }
     }
 }

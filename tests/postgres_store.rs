@@ -325,9 +325,12 @@ async fn two_pools_racing_on_one_refresh_token_let_exactly_one_rotate_it() {
                     let store = instances[i % 2].clone();
                     let old = token.hash;
                     let at = datetime!(2026-03-01 13:00:00 UTC);
-                    tokio::spawn(
-                        async move { store.rotate_refresh_token(&old, &successor, at).await },
-                    )
+                    let access = access_token(&grant);
+                    tokio::spawn(async move {
+                        store
+                            .rotate_refresh_token(&old, &successor, &access, at)
+                            .await
+                    })
                 })
                 .collect();
             let mut winners = Vec::new();

@@ -1215,6 +1215,17 @@ impl EventSink for BrokenEvents {
             io::Error::other("disk unplugged"),
         ))
     }
+
+    async fn purge_expired_claims(
+        &self,
+        _: time::OffsetDateTime,
+        _: usize,
+    ) -> Result<usize, StoreError> {
+        Err(StoreError::backend(
+            "purge claims",
+            io::Error::other("disk unplugged"),
+        ))
+    }
 }
 
 /// A log sink for one test: what the server logs on this thread.

@@ -271,6 +271,13 @@ impl conversion_gateway::EventSink for DownStore {
     ) -> Result<Option<conversion_gateway::RecordedEvent>, conversion_gateway::StoreError> {
         down()
     }
+    async fn purge_expired_claims(
+        &self,
+        _: time::OffsetDateTime,
+        _: usize,
+    ) -> Result<usize, conversion_gateway::StoreError> {
+        down()
+    }
 }
 
 /// A valid conversion event body.
@@ -347,12 +354,34 @@ impl conversion_gateway::TokenStore for DownStore {
     {
         down()
     }
+    async fn find_code(
+        &self,
+        _: &conversion_gateway::SecretHash,
+    ) -> Result<conversion_gateway::CodeLookup, conversion_gateway::StoreError> {
+        down()
+    }
+    async fn redeem_code(
+        &self,
+        _: &conversion_gateway::SecretHash,
+        _: &conversion_gateway::RefreshTokenRecord,
+        _: &conversion_gateway::AccessTokenRecord,
+    ) -> Result<conversion_gateway::CodeTake, conversion_gateway::StoreError> {
+        down()
+    }
     async fn rotate_refresh_token(
         &self,
         _: &conversion_gateway::SecretHash,
         _: &conversion_gateway::RefreshTokenRecord,
+        _: &conversion_gateway::AccessTokenRecord,
         _: time::OffsetDateTime,
     ) -> Result<conversion_gateway::Rotation, conversion_gateway::StoreError> {
+        down()
+    }
+    async fn purge_expired(
+        &self,
+        _: time::OffsetDateTime,
+        _: usize,
+    ) -> Result<usize, conversion_gateway::StoreError> {
         down()
     }
 }
