@@ -56,6 +56,15 @@ pub struct GatewayConfig {
     /// The bounds of conversion-event validation (body size, string
     /// lengths, tags...) and the policy for unknown attributes.
     pub conversion_limits: ConversionLimits,
+    /// How long [`crate::Gateway::purge_expired`] keeps a record after it
+    /// stopped being usable. Default 7 days. It is also how long replays are
+    /// recognised: a code used again, or a rotated refresh token presented
+    /// again, within this time revokes its grant; after it, either is only
+    /// unknown.
+    pub purge_retention: Duration,
+    /// The most records one purge statement deletes. Default 1000: each
+    /// statement then holds its locks for milliseconds.
+    pub purge_batch: usize,
 }
 
 impl GatewayConfig {
@@ -70,6 +79,8 @@ impl GatewayConfig {
             idempotency_retention: Duration::hours(24),
             max_api_keys_per_account: 5,
             conversion_limits: ConversionLimits::default(),
+            purge_retention: Duration::days(7),
+            purge_batch: 1000,
         }
     }
 
@@ -95,5 +106,7 @@ mod tests {
             RefreshPolicy::Rotate { .. }
         ));
         assert_eq!(config.max_api_keys_per_account, 5);
+        assert_eq!(config.purge_retention.whole_days(), 7);
+        assert_eq!(config.purge_batch, 1000);
     }
 }

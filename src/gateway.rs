@@ -43,6 +43,16 @@ impl Stores {
     }
 }
 
+/// What [`Gateway::purge_expired`] deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PurgeReport {
+    /// Codes, access tokens and refresh tokens.
+    pub tokens: usize,
+    /// Idempotency claims.
+    pub idempotency_claims: usize,
+}
+
 /// The authorization and conversion-intake service.
 ///
 /// Cheap to share: wrap it in an `Arc` and hand it to every request handler.
@@ -152,6 +162,45 @@ impl Gateway {
             .insert_api_key(&record, self.config.max_api_keys_per_account)
             .await?;
         Ok(stored.then_some((record, key)))
+    }
+
+    /// Deletes what stopped being usable more than
+    /// [`GatewayConfig::purge_retention`] ago: expired authorization codes
+    /// and access tokens, rotated and expired refresh tokens, the refresh
+    /// tokens of revoked grants, and expired idempotency claims. Events,
+    /// accounts, clients, API keys and grants are kept.
+    ///
+    /// Deletes in batches of [`GatewayConfig::purge_batch`], each a short
+    /// statement of its own, until nothing is left, so that requests running
+    /// beside it never wait long. A host calls it periodically (the example
+    /// server: every ten minutes).
+    ///
+    /// # Errors
+    /// The store's error; what was deleted before it stays deleted, and the
+    /// next call carries on.
+    pub async fn purge_expired(&self) -> Result<PurgeReport, StoreError> {
+        let cutoff = self.clock.now() - self.config.purge_retention;
+        let batch = self.config.purge_batch.max(1);
+        let mut report = PurgeReport::default();
+        loop {
+            let deleted = self.stores.tokens.purge_expired(cutoff, batch).await?;
+            report.tokens += deleted;
+            if deleted < batch {
+                break;
+            }
+        }
+        loop {
+            let deleted = self
+                .stores
+                .events
+                .purge_expired_claims(cutoff, batch)
+                .await?;
+            report.idempotency_claims += deleted;
+            if deleted < batch {
+                break;
+            }
+        }
+        Ok(report)
     }
 
     /// Switches an API key off or back on. Returns whether it exists.

@@ -142,7 +142,7 @@ pub use event::{
     EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
     RecordedEvent,
 };
-pub use gateway::{Gateway, Stores};
+pub use gateway::{Gateway, PurgeReport, Stores};
 pub use grant::{Grant, GrantId};
 pub use http::{AnswerBody, HttpAnswer};
 pub use intake::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};

@@ -234,3 +234,75 @@ async fn refresh_tokens_do_not_expire_by_default() {
     f.clock.advance(Duration::days(3650));
     assert_eq!(f.refresh(&refresh).await.status, 200);
 }
+
+#[tokio::test]
+async fn a_store_failure_at_any_step_of_a_refresh_leaves_the_token_for_the_retry() {
+    for step in ["find_refresh_token", "rotate_refresh_token"] {
+        let tokens = Arc::new(FlakyTokens::default());
+        let stores = conversion_gateway::Stores {
+            tokens: tokens.clone(),
+            ..conversion_gateway::Stores::in_memory()
+        };
+        let f = Fixture::with_stores(stores, |_| {}).await;
+        let (_, refresh) = f.tokens().await;
+        tokens.fail_next(step);
+        assert_error(&f.refresh(&refresh).await, 503, "SERVICE_UNAVAILABLE");
+
+        // Well past the grace window: were the token rotated by the failed
+        // call, this retry would be a reuse and revoke the grant.
+        f.clock.advance(Duration::minutes(5));
+        let retried = f.refresh(&refresh).await;
+        assert_eq!(
+            retried.status,
+            200,
+            "retry after a failure at {step}: {:?}",
+            retried.json_body()
+        );
+        let renewed = body(&retried);
+        assert!(
+            f.bearer(renewed["access_token"].as_str().unwrap())
+                .await
+                .is_ok(),
+            "the retry's access token works after a failure at {step}"
+        );
+        assert_eq!(
+            f.refresh(renewed["refresh_token"].as_str().unwrap())
+                .await
+                .status,
+            200,
+            "the retry's successor works after a failure at {step}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_purge_deletes_what_expired_beyond_the_retention_and_nothing_live() {
+    let f = Fixture::new().await;
+    let (_, first) = f.tokens().await;
+    let second = body(&f.refresh(&first).await)["refresh_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Within the retention nothing is purged: the rotated token is still
+    // recognised as reuse.
+    f.clock.advance(Duration::days(2));
+    let report = f.gateway.purge_expired().await.unwrap();
+    assert_eq!(report.tokens, 0, "{report:?}");
+
+    // Past it (more than 7 days after the rotation and after both access
+    // tokens expired): the code, both access tokens and the rotated token go.
+    f.clock.advance(Duration::days(6) + Duration::seconds(1));
+    let report = f.gateway.purge_expired().await.unwrap();
+    assert_eq!(report.tokens, 4, "{report:?}");
+    assert_eq!(f.gateway.purge_expired().await.unwrap().tokens, 0);
+
+    // The live refresh token survives and works.
+    let answer = f.refresh(&second).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.json_body());
+    // The purged tombstone is now only unknown: refused, but no longer
+    // proof of theft, so the grant stands.
+    assert_error(&f.refresh(&first).await, 401, "INVALID_REFRESH_TOKEN");
+    let third = body(&answer)["refresh_token"].as_str().unwrap().to_owned();
+    f.clock.advance(Duration::minutes(1));
+    assert_eq!(f.refresh(&third).await.status, 200);
+}

@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use conversion_gateway::Stores;
 use serde_json::json;
 use time::Duration;
 
@@ -386,4 +387,40 @@ async fn a_token_store_outage_answers_503_with_a_generic_body() {
     assert_error(&bearer, 503, "SERVICE_UNAVAILABLE");
     let revoke = f.revoke(Some(&f.basic()), "token=cgat_x").await;
     assert_error(&revoke, 503, "SERVICE_UNAVAILABLE");
+}
+
+#[tokio::test]
+async fn a_store_failure_at_any_step_of_an_exchange_leaves_the_code_for_the_retry() {
+    for step in ["find_code", "redeem_code"] {
+        let tokens = Arc::new(FlakyTokens::default());
+        let stores = Stores {
+            tokens: tokens.clone(),
+            ..Stores::in_memory()
+        };
+        let f = Fixture::with_stores(stores, |_| {}).await;
+        let code = f.code().await;
+        let exchange = json!({
+            "client_id": f.client.id, "client_secret": f.secret.expose(), "code": code,
+        });
+        tokens.fail_next(step);
+        let failed = f.token_json(exchange.clone()).await;
+        assert_error(&failed, 503, "SERVICE_UNAVAILABLE");
+
+        // The retry is an exchange like the first, not a replay that would
+        // revoke the grant.
+        let retried = f.token_json(exchange.clone()).await;
+        assert_eq!(
+            retried.status,
+            200,
+            "retry after a failure at {step}: {:?}",
+            retried.json_body()
+        );
+        let access = body(&retried)["access_token"].as_str().unwrap().to_owned();
+        assert!(
+            f.bearer(&access).await.is_ok(),
+            "the tokens of the retry work after a failure at {step}"
+        );
+        // And the code is spent now: a third use is the replay.
+        assert_error(&f.token_json(exchange).await, 401, "EXPIRED_CODE_GRANT");
+    }
 }
