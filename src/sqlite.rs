@@ -97,10 +97,19 @@ impl SqliteStore {
     /// Opens (creating it if missing) the database file at `path` and brings
     /// its schema up to date.
     ///
+    /// A new file is created readable and writable by its owner only (mode
+    /// `0600` on Unix, whatever the umask): it holds contacts' personal data
+    /// and the hashes of every credential. SQLite gives its write-ahead log
+    /// and shared-memory files the database file's mode. An existing file's
+    /// mode is left as it is; checking it is the host's call.
+    ///
     /// # Errors
     /// [`StoreError::Backend`] if the file cannot be opened or created, is
     /// not an SQLite database, or the migrations fail.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        create_private(path)
+            .map_err(|error| StoreError::backend("create the SQLite database file", error))?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -180,6 +189,21 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(backend(action))
+    }
+}
+
+/// Creates the database file, empty and private to its owner, if it does
+/// not exist; SQLite then opens it as a new database. An existing file is
+/// left alone.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(error),
     }
 }
 

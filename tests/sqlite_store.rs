@@ -296,3 +296,28 @@ async fn opening_twice_applies_the_migrations_once() {
     let grant = grant();
     third.insert_grant(&grant).await.expect("insert_grant");
 }
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_database_and_its_log_are_readable_by_the_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let dir = TempDir::new();
+    let store = file_store(&dir).await;
+    // A write creates the write-ahead log and the shared-memory file.
+    store.insert_grant(&grant()).await.expect("insert_grant");
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = dir.file().into_os_string();
+        path.push(suffix);
+        let mode = std::fs::metadata(&path)
+            .unwrap_or_else(|error| panic!("{path:?}: {error}"))
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o777,
+            0o600,
+            "{path:?} has mode {:o}, readable by others",
+            mode & 0o777
+        );
+    }
+}
