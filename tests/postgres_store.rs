@@ -463,6 +463,58 @@ async fn a_failing_submission_does_not_fail_its_group() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn data_the_database_refuses_is_rejected_not_a_retryable_outage() {
+    in_schema(|schema| async move {
+        for store in [
+            schema.store().await,
+            schema.store_with(without_group_commit()).await,
+        ] {
+            let account = AccountId(random_uuid(&OsRandom));
+            // PostgreSQL's text and JSONB cannot hold U+0000. The validator
+            // refuses such events before they reach a store; a store that
+            // meets one anyway must not answer "retry later" forever.
+            let mut in_text = event(account, 0);
+            in_text.email = "nul\u{0}@example.com".into();
+            let mut in_json = event(account, 1);
+            in_json.payload["name"] = "x\u{0}y".into();
+            let good = event(account, 2);
+            let submissions = [single(in_text), single(in_json), single(good.clone())];
+            let tasks: Vec<_> = submissions
+                .iter()
+                .cloned()
+                .map(|submission| {
+                    let store = store.clone();
+                    tokio::spawn(async move { store.record(&submission).await })
+                })
+                .collect();
+            let mut outcomes = Vec::new();
+            for task in tasks {
+                outcomes.push(task.await.expect("task"));
+            }
+            for outcome in &outcomes[..2] {
+                match outcome {
+                    Err(error @ StoreError::Rejected { .. }) => {
+                        assert!(!error.is_retryable());
+                        assert_eq!(error.to_answer().status, 422);
+                        assert_eq!(error.to_answer().header("retry-after"), None);
+                    }
+                    other => panic!("a U+0000 must be Rejected, got {other:?}"),
+                }
+            }
+            assert_eq!(
+                outcomes[2].as_ref().expect("the good neighbour records"),
+                &RecordOutcome::Recorded
+            );
+            assert_eq!(
+                store.find_event(good.event_uuid).await.expect("find"),
+                Some(good)
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tokens_and_events_survive_a_restart() {
     in_schema(|schema| async move {
         let store = schema.store().await;
