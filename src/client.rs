@@ -6,7 +6,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 
-use crate::{ClientSecret, RandomSource, SecretHash, SecretHasher};
+use crate::{ClientSecret, RandomSource, RefreshPolicy, SecretHash, SecretHasher};
 
 /// The public identifier of a registered application.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -54,6 +54,63 @@ pub struct Client {
     /// Whether every authorization request must carry a PKCE challenge
     /// (RFC 7636); set it for applications that cannot keep a secret.
     pub require_pkce: bool,
+    /// The application's own refresh policy; `None` follows the gateway's
+    /// [`crate::GatewayConfig::refresh_policy`].
+    pub refresh_policy: Option<RefreshPolicy>,
+}
+
+/// What an application registers with: its name and callback URLs, and the
+/// options that differ from the defaults.
+///
+/// ```
+/// use conversion_gateway::{ClientRegistration, RefreshPolicy};
+///
+/// let registration = ClientRegistration::new("Lead Sync", ["https://app.example/cb"])
+///     .require_pkce(true)
+///     .refresh_policy(RefreshPolicy::Reuse);
+/// assert!(registration.require_pkce);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientRegistration {
+    /// The name shown to the user on the consent screen.
+    pub name: String,
+    /// The callback URLs; the dialog redirects only to one of these.
+    pub redirect_uris: Vec<String>,
+    /// Whether every authorization request must carry a PKCE challenge.
+    /// Default `false`.
+    pub require_pkce: bool,
+    /// The application's own refresh policy. Default `None`: the gateway's.
+    pub refresh_policy: Option<RefreshPolicy>,
+}
+
+impl ClientRegistration {
+    /// A registration with the defaults.
+    pub fn new<U: Into<String>>(
+        name: impl Into<String>,
+        redirect_uris: impl IntoIterator<Item = U>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            redirect_uris: redirect_uris.into_iter().map(Into::into).collect(),
+            require_pkce: false,
+            refresh_policy: None,
+        }
+    }
+
+    /// Sets whether authorization requests must carry a PKCE challenge.
+    pub fn require_pkce(mut self, require: bool) -> Self {
+        self.require_pkce = require;
+        self
+    }
+
+    /// Gives the application a refresh policy of its own, for example
+    /// [`RefreshPolicy::Reuse`] for a client known never to store a new
+    /// refresh token, or [`RefreshPolicy::Rotate`] for one known to.
+    pub fn refresh_policy(mut self, policy: RefreshPolicy) -> Self {
+        self.refresh_policy = Some(policy);
+        self
+    }
 }
 
 impl Client {
@@ -72,6 +129,7 @@ impl Client {
             secret_hash: secret.hash(hasher),
             redirect_uris,
             require_pkce: false,
+            refresh_policy: None,
         };
         (client, secret)
     }

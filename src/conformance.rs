@@ -26,8 +26,8 @@ use crate::{
     AccessToken, AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord,
     ApiKeyStore, AuthorizationCode, Client, ClientId, ClientRegistry, CodeLookup, CodeRecord,
     CodeTake, EventSink, EventSubmission, Grant, GrantId, IdempotencyClaim, IdempotencyScope,
-    IntakeChannel, OsRandom, PkceChallenge, RecordOutcome, RecordedEvent, RefreshState,
-    RefreshToken, RefreshTokenRecord, Rotation, SecretHasher, random_uuid,
+    IntakeChannel, OsRandom, PkceChallenge, RecordOutcome, RecordedEvent, RefreshPolicy,
+    RefreshState, RefreshToken, RefreshTokenRecord, Rotation, SecretHasher, random_uuid,
 };
 
 /// How many tasks race in each concurrency check.
@@ -87,6 +87,7 @@ fn new_refresh(grant: &Grant) -> RefreshTokenRecord {
         account_id: grant.account_id,
         issued_at: base_time(),
         expires_at: None,
+        predecessor: None,
         state: RefreshState::Active,
         revoked: false,
     }
@@ -98,6 +99,7 @@ pub async fn check_token_store(store: Arc<dyn crate::TokenStore>) {
     check_codes(&*store).await;
     check_access_tokens(&*store).await;
     check_refresh_tokens(&*store).await;
+    check_successor_use(&*store).await;
     check_code_redemption(&*store).await;
     check_redemption_fails_whole(&*store).await;
     check_rotation_fails_whole(&*store).await;
@@ -105,6 +107,52 @@ pub async fn check_token_store(store: Arc<dyn crate::TokenStore>) {
     check_concurrent_code_take(store.clone()).await;
     check_concurrent_redemption(store.clone()).await;
     check_concurrent_rotation(store).await;
+}
+
+/// A rotated token reads back when its successor was first used (rotated
+/// in turn): the adaptive refresh policy decides on it.
+async fn check_successor_use(store: &dyn crate::TokenStore) {
+    let grant = new_grant();
+    store.insert_grant(&grant).await.expect("insert_grant");
+    let first = new_refresh(&grant);
+    store
+        .insert_refresh_token(&first)
+        .await
+        .expect("insert_refresh_token");
+    let second = RefreshTokenRecord {
+        predecessor: Some(first.hash),
+        ..new_refresh(&grant)
+    };
+    let third = RefreshTokenRecord {
+        predecessor: Some(second.hash),
+        ..new_refresh(&grant)
+    };
+    let rotated_at = base_time() + Duration::seconds(10);
+    let used_at = base_time() + Duration::days(2);
+    for (token, successor, at) in [(&first, &second, rotated_at), (&second, &third, used_at)] {
+        assert_eq!(
+            store
+                .rotate_refresh_token(&token.hash, successor, &new_access(&grant), at)
+                .await
+                .expect("rotate_refresh_token"),
+            Rotation::Rotated
+        );
+    }
+    let found = store
+        .find_refresh_token(&first.hash)
+        .await
+        .expect("find")
+        .expect("first token");
+    assert_eq!(
+        found.state,
+        RefreshState::Rotated {
+            at: rotated_at,
+            successor: second.hash,
+            successor_used_at: Some(used_at),
+        },
+        "a rotated token must read back when its successor was rotated"
+    );
+    assert_eq!(found.predecessor, None);
 }
 
 async fn check_code_redemption(store: &dyn crate::TokenStore) {
@@ -710,7 +758,10 @@ async fn check_refresh_tokens(store: &dyn crate::TokenStore) {
         Some(token.clone())
     );
 
-    let successor = new_refresh(&grant);
+    let successor = RefreshTokenRecord {
+        predecessor: Some(token.hash),
+        ..new_refresh(&grant)
+    };
     let at = base_time() + Duration::seconds(60);
     assert_eq!(
         store
@@ -728,7 +779,8 @@ async fn check_refresh_tokens(store: &dyn crate::TokenStore) {
         old.state,
         RefreshState::Rotated {
             at,
-            successor: successor.hash
+            successor: successor.hash,
+            successor_used_at: None,
         }
     );
     let new = store
@@ -737,6 +789,11 @@ async fn check_refresh_tokens(store: &dyn crate::TokenStore) {
         .expect("find")
         .expect("successor");
     assert_eq!(new.state, RefreshState::Active);
+    assert_eq!(
+        new.predecessor,
+        Some(token.hash),
+        "a successor reads back naming its predecessor"
+    );
     assert!(!new.revoked);
 
     let other = new_refresh(&grant);
@@ -912,6 +969,35 @@ pub async fn check_client_registry(registry: Arc<dyn ClientRegistry>) {
         registry.find_client(&client.id).await.expect("find_client"),
         Some(client.clone())
     );
+    for policy in [
+        RefreshPolicy::Reuse,
+        RefreshPolicy::Rotate {
+            grace: Duration::seconds(5),
+        },
+        RefreshPolicy::Adaptive {
+            grace: Duration::seconds(45),
+        },
+    ] {
+        let (mut own_policy, _) = Client::register(
+            "Suite app with a refresh policy",
+            vec!["https://app.example/cb".into()],
+            &OsRandom,
+            &hasher(),
+        );
+        own_policy.refresh_policy = Some(policy);
+        registry
+            .register_client(&own_policy)
+            .await
+            .expect("register_client");
+        assert_eq!(
+            registry
+                .find_client(&own_policy.id)
+                .await
+                .expect("find_client"),
+            Some(own_policy),
+            "a client's own refresh policy must round-trip"
+        );
+    }
     assert!(
         registry.register_client(&client).await.is_err(),
         "duplicate client id"

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use crate::{
     Account, AccountId, AccountStore, ApiKey, ApiKeyId, ApiKeyRecord, ApiKeyStore, Client,
-    ClientRegistry, ClientSecret, Clock, EventSink, GatewayConfig, MemoryAccountStore,
-    MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore, OsRandom,
-    RandomSource, SecretHasher, StoreError, SystemClock, TokenStore,
+    ClientRegistration, ClientRegistry, ClientSecret, Clock, EventSink, GatewayConfig,
+    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
+    OsRandom, RandomSource, SecretHasher, StoreError, SystemClock, TokenStore,
 };
 
 /// The stores a [`Gateway`] works on, one per storage trait.
@@ -108,13 +108,18 @@ impl Gateway {
     /// The store's error.
     pub async fn register_client(
         &self,
-        name: &str,
-        redirect_uris: Vec<String>,
-        require_pkce: bool,
+        registration: ClientRegistration,
     ) -> Result<(Client, ClientSecret), StoreError> {
+        let ClientRegistration {
+            name,
+            redirect_uris,
+            require_pkce,
+            refresh_policy,
+        } = registration;
         let (mut client, secret) =
             Client::register(name, redirect_uris, &*self.random, &self.hasher);
         client.require_pkce = require_pkce;
+        client.refresh_policy = refresh_policy;
         self.stores.clients.register_client(&client).await?;
         Ok((client, secret))
     }

@@ -31,7 +31,8 @@
 //!
 //! ```
 //! use conversion_gateway::{
-//!     Account, Gateway, GatewayConfig, OsRandom, RequestParts, SecretHasher, Stores,
+//!     Account, ClientRegistration, Gateway, GatewayConfig, OsRandom, RequestParts, SecretHasher,
+//!     Stores,
 //! };
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -48,7 +49,7 @@
 //!
 //! // An application asks the account for access (spec endpoint 1)...
 //! let (app, secret) = gateway
-//!     .register_client("Lead Sync", vec!["https://app.example/cb".into()], false)
+//!     .register_client(ClientRegistration::new("Lead Sync", ["https://app.example/cb"]))
 //!     .await?;
 //! let query = format!("client_id={}&redirect_uri=https://app.example/cb&state=s1", app.id);
 //! let request = gateway.authorization_request(&query).await?;
@@ -134,7 +135,7 @@ pub mod conformance;
 
 pub use account::{Account, AccountId, ApiKeyId, ApiKeyRecord};
 pub use bearer::BearerError;
-pub use client::{Client, ClientId};
+pub use client::{Client, ClientId, ClientRegistration};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{GatewayConfig, RefreshPolicy};
 pub use dialog::{AuthorizationRequest, DialogError};
@@ -147,9 +148,8 @@ pub use grant::{Grant, GrantId};
 pub use http::{AnswerBody, HttpAnswer};
 pub use intake::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
 pub use lifecycle::{
-    AccessRefusal, Caller, RotatedUse, access_token_record, check_access_token,
-    check_code_exchange, check_refresh_token, is_active, is_pkce_value, judge_rotated_use,
-    pkce_matches, refresh_token_record,
+    AccessRefusal, Caller, access_token_record, check_access_token, check_code_exchange,
+    check_refresh_token, is_active, is_pkce_value, pkce_matches, refresh_token_record,
 };
 pub use memory::{
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,

@@ -6,12 +6,12 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use time::{Duration, OffsetDateTime};
+use time::OffsetDateTime;
 
 use crate::{
     AccessToken, AccessTokenRecord, AccountId, ClientId, CodeRecord, GatewayConfig, GrantId,
-    PkceChallenge, RefreshPolicy, RefreshState, RefreshToken, RefreshTokenRecord, SecretHasher,
-    TokenError,
+    PkceChallenge, RefreshPolicy, RefreshState, RefreshToken, RefreshTokenRecord, SecretHash,
+    SecretHasher, TokenError,
 };
 
 /// The account, application and grant a token acts for: who is calling.
@@ -98,33 +98,63 @@ pub fn check_refresh_token(
     Ok(())
 }
 
-/// What a second use of an already-rotated refresh token means.
+/// What a refresh with a token that passed [`check_refresh_token`] does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RotatedUse {
-    /// Within the grace window: a concurrent refresh by the same client,
-    /// answered with the same successor.
-    Grace,
-    /// Outside it: the token was replayed, so the grant is revoked (RFC 9700
-    /// section 4.14.2).
-    Reuse,
+pub(crate) enum RefreshDecision {
+    /// Issue a successor, stored with the new access token, and mark the
+    /// presented token as rotated.
+    Rotate,
+    /// Answer with the presented token itself again
+    /// ([`RefreshPolicy::Reuse`]).
+    KeepToken,
+    /// Answer with the successor already issued for the presented token, if
+    /// it is still live: a concurrent refresh within the grace window, or
+    /// the first token of a grant whose successor was never used
+    /// ([`RefreshPolicy::Adaptive`]).
+    ReissueSuccessor(SecretHash),
+    /// A retired token used again: the grant is revoked (RFC 9700 section
+    /// 4.14.2, "if a refresh token is compromised and subsequently used by
+    /// both the attacker and the legitimate client, one of them will present
+    /// an invalidated refresh token, which will inform the authorization
+    /// server of the breach").
+    RevokeGrant,
 }
 
-/// Judges a use, at `now`, of a refresh token rotated at `rotated_at`.
-pub fn judge_rotated_use(
-    rotated_at: OffsetDateTime,
-    now: OffsetDateTime,
+/// Decides what a refresh with `token` does at `now` under `policy`.
+pub(crate) fn decide_refresh(
+    token: &RefreshTokenRecord,
     policy: RefreshPolicy,
-) -> RotatedUse {
-    let grace = match policy {
-        RefreshPolicy::Rotate { grace } => grace,
-        // A token rotated before the host switched to reuse: no new rotations
-        // happen, but old tombstones keep their meaning.
-        RefreshPolicy::Reuse => Duration::ZERO,
+    now: OffsetDateTime,
+) -> RefreshDecision {
+    let (at, successor, successor_used_at) = match &token.state {
+        RefreshState::Active => {
+            return match policy {
+                RefreshPolicy::Reuse => RefreshDecision::KeepToken,
+                RefreshPolicy::Adaptive { .. } | RefreshPolicy::Rotate { .. } => {
+                    RefreshDecision::Rotate
+                }
+            };
+        }
+        RefreshState::Rotated {
+            at,
+            successor,
+            successor_used_at,
+        } => (*at, *successor, *successor_used_at),
     };
-    if now - rotated_at <= grace {
-        RotatedUse::Grace
+    let first_of_grant = token.predecessor.is_none();
+    let retired_at = match (policy, first_of_grant, successor_used_at) {
+        // The adaptive policy keeps a grant's first token valid until the
+        // client shows, by using the successor, that it stores new tokens.
+        (RefreshPolicy::Adaptive { .. }, true, None) => {
+            return RefreshDecision::ReissueSuccessor(successor);
+        }
+        (RefreshPolicy::Adaptive { .. }, true, Some(used_at)) => used_at,
+        _ => at,
+    };
+    if now - retired_at <= policy.grace() {
+        RefreshDecision::ReissueSuccessor(successor)
     } else {
-        RotatedUse::Reuse
+        RefreshDecision::RevokeGrant
     }
 }
 
@@ -152,9 +182,11 @@ pub fn access_token_record(
     }
 }
 
-/// The record of a new refresh token for `caller`, issued `now`.
+/// The record of a new refresh token for `caller`, issued `now`, as the
+/// successor of `predecessor` (`None` for a grant's first token).
 pub fn refresh_token_record(
     token: &RefreshToken,
+    predecessor: Option<SecretHash>,
     caller: &Caller,
     now: OffsetDateTime,
     config: &GatewayConfig,
@@ -167,6 +199,7 @@ pub fn refresh_token_record(
         account_id: caller.account_id,
         issued_at: now,
         expires_at: config.refresh_token_lifetime.map(|lifetime| now + lifetime),
+        predecessor,
         state: RefreshState::Active,
         revoked: false,
     }
@@ -203,11 +236,12 @@ pub enum AccessRefusal {
 
 #[cfg(test)]
 mod tests {
+    use time::Duration;
     use time::macros::datetime;
     use uuid::Uuid;
 
     use super::*;
-    use crate::{SecretHash, SeededRandom};
+    use crate::SeededRandom;
 
     const NOW: OffsetDateTime = datetime!(2026-01-01 00:00:00 UTC);
 
@@ -303,26 +337,108 @@ mod tests {
         );
     }
 
+    fn rotated(
+        predecessor: Option<SecretHash>,
+        successor_used_at: Option<OffsetDateTime>,
+    ) -> RefreshTokenRecord {
+        let config = GatewayConfig::new("https://api.example");
+        let hasher = SecretHasher::new([1; 32]);
+        let token = RefreshToken::generate(&SeededRandom::new(3));
+        RefreshTokenRecord {
+            state: RefreshState::Rotated {
+                at: NOW,
+                successor: SecretHash::from_bytes([9; 32]),
+                successor_used_at,
+            },
+            ..refresh_token_record(&token, predecessor, &caller(), NOW, &config, &hasher)
+        }
+    }
+
+    const SUCCESSOR: SecretHash = SecretHash::from_bytes([9; 32]);
+
     #[test]
-    fn rotated_use_is_grace_only_inside_the_window() {
+    fn active_tokens_rotate_unless_the_policy_reuses_them() {
+        let config = GatewayConfig::new("https://api.example");
+        let hasher = SecretHasher::new([1; 32]);
+        let token = RefreshToken::generate(&SeededRandom::new(4));
+        let active = refresh_token_record(&token, None, &caller(), NOW, &config, &hasher);
+        let grace = Duration::seconds(30);
+        for policy in [
+            RefreshPolicy::Adaptive { grace },
+            RefreshPolicy::Rotate { grace },
+        ] {
+            assert_eq!(
+                decide_refresh(&active, policy, NOW),
+                RefreshDecision::Rotate
+            );
+        }
+        assert_eq!(
+            decide_refresh(&active, RefreshPolicy::Reuse, NOW),
+            RefreshDecision::KeepToken
+        );
+    }
+
+    #[test]
+    fn strict_rotation_allows_a_retired_token_only_within_the_grace_window() {
         let policy = RefreshPolicy::Rotate {
             grace: Duration::seconds(30),
         };
+        // Under strict rotation the first token of a grant is no different.
+        for predecessor in [None, Some(SecretHash::from_bytes([5; 32]))] {
+            let token = rotated(predecessor, None);
+            assert_eq!(
+                decide_refresh(&token, policy, NOW + Duration::seconds(30)),
+                RefreshDecision::ReissueSuccessor(SUCCESSOR)
+            );
+            assert_eq!(
+                decide_refresh(&token, policy, NOW + Duration::seconds(31)),
+                RefreshDecision::RevokeGrant
+            );
+        }
+        // Reuse retires nothing, but tokens retired before keep their meaning.
+        let token = rotated(None, None);
         assert_eq!(
-            judge_rotated_use(NOW, NOW + Duration::seconds(30), policy),
-            RotatedUse::Grace
+            decide_refresh(&token, RefreshPolicy::Reuse, NOW),
+            RefreshDecision::ReissueSuccessor(SUCCESSOR)
         );
         assert_eq!(
-            judge_rotated_use(NOW, NOW + Duration::seconds(31), policy),
-            RotatedUse::Reuse
+            decide_refresh(&token, RefreshPolicy::Reuse, NOW + Duration::seconds(1)),
+            RefreshDecision::RevokeGrant
+        );
+    }
+
+    #[test]
+    fn adaptive_rotation_keeps_the_first_token_until_its_successor_is_used() {
+        let policy = RefreshPolicy::Adaptive {
+            grace: Duration::seconds(30),
+        };
+        let first = rotated(None, None);
+        assert_eq!(
+            decide_refresh(&first, policy, NOW + Duration::days(30)),
+            RefreshDecision::ReissueSuccessor(SUCCESSOR),
+            "an unused successor keeps the first token valid"
+        );
+        let used_at = NOW + Duration::days(2);
+        let retired = rotated(None, Some(used_at));
+        assert_eq!(
+            decide_refresh(&retired, policy, used_at + Duration::seconds(30)),
+            RefreshDecision::ReissueSuccessor(SUCCESSOR),
+            "within the grace window of its retirement"
         );
         assert_eq!(
-            judge_rotated_use(NOW, NOW, RefreshPolicy::Reuse),
-            RotatedUse::Grace
+            decide_refresh(&retired, policy, used_at + Duration::seconds(31)),
+            RefreshDecision::RevokeGrant,
+            "the first token after its successor was used is reuse"
+        );
+        // Every later token rotates strictly, from its own rotation.
+        let later = rotated(Some(SecretHash::from_bytes([5; 32])), None);
+        assert_eq!(
+            decide_refresh(&later, policy, NOW + Duration::seconds(30)),
+            RefreshDecision::ReissueSuccessor(SUCCESSOR)
         );
         assert_eq!(
-            judge_rotated_use(NOW, NOW + Duration::seconds(1), RefreshPolicy::Reuse),
-            RotatedUse::Reuse
+            decide_refresh(&later, policy, NOW + Duration::seconds(31)),
+            RefreshDecision::RevokeGrant
         );
     }
 
@@ -332,7 +448,7 @@ mod tests {
         config.refresh_token_lifetime = Some(Duration::days(30));
         let hasher = SecretHasher::new([1; 32]);
         let token = RefreshToken::generate(&SeededRandom::new(2));
-        let record = refresh_token_record(&token, &caller(), NOW, &config, &hasher);
+        let record = refresh_token_record(&token, None, &caller(), NOW, &config, &hasher);
         let app = ClientId::new("app");
         assert!(check_refresh_token(&record, &app, NOW).is_ok());
         assert!(check_refresh_token(&record, &ClientId::new("other"), NOW).is_err());

@@ -244,9 +244,23 @@ impl TokenStore for MemoryTokenStore {
         hash: &SecretHash,
     ) -> Result<Option<RefreshTokenRecord>, StoreError> {
         let state = lock(&self.state);
-        Ok(state.refresh.get(hash).map(|record| RefreshTokenRecord {
-            revoked: state.grant_revoked(record.grant_id),
-            ..record.clone()
+        Ok(state.refresh.get(hash).map(|record| {
+            let mut record = RefreshTokenRecord {
+                revoked: state.grant_revoked(record.grant_id),
+                ..record.clone()
+            };
+            if let RefreshState::Rotated {
+                successor,
+                successor_used_at,
+                ..
+            } = &mut record.state
+            {
+                *successor_used_at = state.refresh.get(successor).and_then(|s| match s.state {
+                    RefreshState::Rotated { at, .. } => Some(at),
+                    RefreshState::Active => None,
+                });
+            }
+            record
         }))
     }
 
@@ -265,7 +279,7 @@ impl TokenStore for MemoryTokenStore {
         if state.grant_revoked(record.grant_id) {
             return Ok(Rotation::Revoked);
         }
-        if let RefreshState::Rotated { at, successor } = &record.state {
+        if let RefreshState::Rotated { at, successor, .. } = &record.state {
             return Ok(Rotation::AlreadyRotated {
                 at: *at,
                 successor: *successor,
@@ -276,6 +290,7 @@ impl TokenStore for MemoryTokenStore {
             record.state = RefreshState::Rotated {
                 at,
                 successor: successor.hash,
+                successor_used_at: None,
             };
         }
         state.store_new_tokens(Some(successor), access);

@@ -61,6 +61,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         sql: include_str!("../migrations/postgres/0003_purge_indexes.sql"),
     },
+    Migration {
+        version: 4,
+        sql: include_str!("../migrations/postgres/0004_adaptive_refresh.sql"),
+    },
 ];
 
 /// The advisory lock that serialises migrations ("cg-migra" in ASCII).
@@ -328,7 +332,8 @@ fn bind_access<'q>(statement: Statement<'q>, token: &'q AccessTokenRecord) -> St
 }
 
 /// Binds a refresh token's `hash, grant_id, client_id, account_id,
-/// issued_at, expires_at`, in that order, after what `statement` has bound.
+/// issued_at, expires_at, predecessor`, in that order, after what
+/// `statement` has bound.
 fn bind_refresh<'q>(statement: Statement<'q>, token: &'q RefreshTokenRecord) -> Statement<'q> {
     statement
         .bind(token.hash.as_bytes().as_slice())
@@ -337,6 +342,12 @@ fn bind_refresh<'q>(statement: Statement<'q>, token: &'q RefreshTokenRecord) -> 
         .bind(token.account_id.0)
         .bind(token.issued_at)
         .bind(token.expires_at)
+        .bind(
+            token
+                .predecessor
+                .as_ref()
+                .map(|hash| hash.as_bytes().as_slice()),
+        )
 }
 
 #[async_trait]
@@ -446,12 +457,12 @@ impl TokenStore for PgStore {
                            issued_at, expires_at
              ), refresh AS (
                  INSERT INTO refresh_tokens
-                     (hash, grant_id, client_id, account_id, issued_at, expires_at)
-                 SELECT $2, $3, $4, $5, $6, $7 FROM taken
+                     (hash, grant_id, client_id, account_id, issued_at, expires_at, predecessor)
+                 SELECT $2, $3, $4, $5, $6, $7, $8 FROM taken
              ), access AS (
                  INSERT INTO access_tokens
                      (hash, grant_id, client_id, account_id, issued_at, expires_at)
-                 SELECT $8, $9, $10, $11, $12, $13 FROM taken
+                 SELECT $9, $10, $11, $12, $13, $14 FROM taken
              )
              SELECT * FROM taken",
         )
@@ -505,8 +516,8 @@ impl TokenStore for PgStore {
         let statement = bind_refresh(
             sqlx::query(
                 "INSERT INTO refresh_tokens
-                     (hash, grant_id, client_id, account_id, issued_at, expires_at)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+                     (hash, grant_id, client_id, account_id, issued_at, expires_at, predecessor)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
             ),
             token,
         );
@@ -520,9 +531,12 @@ impl TokenStore for PgStore {
     ) -> Result<Option<RefreshTokenRecord>, StoreError> {
         let statement = sqlx::query(
             "SELECT r.grant_id, r.client_id, r.account_id, r.issued_at, r.expires_at,
-                    r.rotated_at, r.successor,
+                    r.predecessor, r.rotated_at, r.successor,
+                    s.rotated_at AS successor_used_at,
                     (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
-             FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
+             FROM refresh_tokens r
+             LEFT JOIN grants g ON g.id = r.grant_id
+             LEFT JOIN refresh_tokens s ON s.hash = r.successor
              WHERE r.hash = $1",
         )
         .bind(hash.as_bytes().as_slice());
@@ -556,12 +570,13 @@ impl TokenStore for PgStore {
                      RETURNING r.hash
                  ), successor AS (
                      INSERT INTO refresh_tokens
-                         (hash, grant_id, client_id, account_id, issued_at, expires_at)
-                     SELECT $3, $4, $5, $6, $7, $8 FROM rotated
+                         (hash, grant_id, client_id, account_id, issued_at, expires_at,
+                          predecessor)
+                     SELECT $3, $4, $5, $6, $7, $8, $9 FROM rotated
                  )
                  INSERT INTO access_tokens
                      (hash, grant_id, client_id, account_id, issued_at, expires_at)
-                 SELECT $9, $10, $11, $12, $13, $14 FROM rotated",
+                 SELECT $10, $11, $12, $13, $14, $15 FROM rotated",
             )
             .bind(old.as_bytes().as_slice())
             .bind(at);
@@ -664,20 +679,23 @@ async fn purge(
 impl ClientRegistry for PgStore {
     async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
         let statement = sqlx::query(
-            "INSERT INTO clients (id, name, secret_hash, redirect_uris, require_pkce)
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO clients
+                 (id, name, secret_hash, redirect_uris, require_pkce, refresh_policy)
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(client.id.as_str())
         .bind(&client.name)
         .bind(client.secret_hash.as_bytes().as_slice())
         .bind(&client.redirect_uris)
-        .bind(client.require_pkce);
+        .bind(client.require_pkce)
+        .bind(client.refresh_policy.map(|policy| policy.to_stored()));
         insert_row(&self.pool, statement, "client", "register a client").await
     }
 
     async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
         let statement = sqlx::query(
-            "SELECT id, name, secret_hash, redirect_uris, require_pkce FROM clients WHERE id = $1",
+            "SELECT id, name, secret_hash, redirect_uris, require_pkce, refresh_policy
+             FROM clients WHERE id = $1",
         )
         .bind(id.as_str());
         find_row(&self.pool, statement, "read a client", client_from).await

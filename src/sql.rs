@@ -16,8 +16,8 @@ use uuid::Uuid;
 use crate::{
     AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeLookup,
     CodeRecord, CodeTake, EventSubmission, Grant, GrantId, IdempotencyClaim, IntakeChannel,
-    PkceChallenge, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord, Rotation,
-    SecretHash, StoreError,
+    PkceChallenge, RecordOutcome, RecordedEvent, RefreshPolicy, RefreshState, RefreshTokenRecord,
+    Rotation, SecretHash, StoreError,
 };
 
 /// A stored value that does not decode into its record field.
@@ -324,7 +324,7 @@ pub(crate) fn access_from(
 }
 
 /// The refresh token hashed to `hash`, from its row joined with its grant's
-/// `revoked`.
+/// `revoked` and its successor's rotation time (`successor_used_at`).
 pub(crate) fn refresh_from(
     c: &impl RecordColumns,
     hash: SecretHash,
@@ -336,19 +336,28 @@ pub(crate) fn refresh_from(
         account_id: AccountId(c.uuid("account_id")?),
         issued_at: c.time("issued_at")?,
         expires_at: c.optional_time("expires_at")?,
-        state: refresh_state(c)?,
+        predecessor: c
+            .optional_bytes("predecessor")?
+            .map(|bytes| hash_from_column(bytes, c.action(), "predecessor"))
+            .transpose()?,
+        state: refresh_state(c, c.optional_time("successor_used_at")?)?,
         revoked: c.flag("revoked")?,
     })
 }
 
-/// A refresh token's state, from its `rotated_at` and `successor`.
-fn refresh_state(c: &impl RecordColumns) -> Result<RefreshState, StoreError> {
+/// A refresh token's state, from its `rotated_at` and `successor`, and when
+/// that successor was used, as read by the caller.
+fn refresh_state(
+    c: &impl RecordColumns,
+    successor_used_at: Option<OffsetDateTime>,
+) -> Result<RefreshState, StoreError> {
     let at = c.optional_time("rotated_at")?;
     let successor = c.optional_bytes("successor")?;
     Ok(match (at, successor) {
         (Some(at), Some(successor)) => RefreshState::Rotated {
             at,
             successor: hash_from_column(successor, c.action(), "successor")?,
+            successor_used_at,
         },
         // The table's CHECK keeps both set or both unset.
         (None, None) => RefreshState::Active,
@@ -362,8 +371,10 @@ pub(crate) fn rotation_refused(c: &impl RecordColumns) -> Result<Option<Rotation
     if c.flag("revoked")? {
         return Ok(Some(Rotation::Revoked));
     }
-    Ok(match refresh_state(c)? {
-        RefreshState::Rotated { at, successor } => Some(Rotation::AlreadyRotated { at, successor }),
+    Ok(match refresh_state(c, None)? {
+        RefreshState::Rotated { at, successor, .. } => {
+            Some(Rotation::AlreadyRotated { at, successor })
+        }
         RefreshState::Active => None,
     })
 }
@@ -376,6 +387,13 @@ pub(crate) fn client_from(c: &impl RecordColumns) -> Result<Client, StoreError> 
         secret_hash: c.hash("secret_hash")?,
         redirect_uris: c.strings("redirect_uris")?,
         require_pkce: c.flag("require_pkce")?,
+        refresh_policy: c
+            .optional_text("refresh_policy")?
+            .map(|text| {
+                RefreshPolicy::from_stored(&text)
+                    .ok_or_else(|| malformed(c.action(), "clients.refresh_policy"))
+            })
+            .transpose()?,
     })
 }
 

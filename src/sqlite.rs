@@ -58,6 +58,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         sql: include_str!("../migrations/sqlite/0003_purge_indexes.sql"),
     },
+    Migration {
+        version: 4,
+        sql: include_str!("../migrations/sqlite/0004_adaptive_refresh.sql"),
+    },
 ];
 
 /// How long a statement waits for another process's write lock.
@@ -513,9 +517,12 @@ impl TokenStore for SqliteStore {
     ) -> Result<Option<RefreshTokenRecord>, StoreError> {
         let statement = sqlx::query(
             "SELECT r.grant_id, r.client_id, r.account_id, r.issued_at, r.expires_at,
-                    r.rotated_at, r.successor,
+                    r.predecessor, r.rotated_at, r.successor,
+                    s.rotated_at AS successor_used_at,
                     (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
-             FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
+             FROM refresh_tokens r
+             LEFT JOIN grants g ON g.id = r.grant_id
+             LEFT JOIN refresh_tokens s ON s.hash = r.successor
              WHERE r.hash = ?",
         )
         .bind(hash.as_bytes().as_slice());
@@ -657,15 +664,22 @@ where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
     let statement = sqlx::query(
-        "INSERT INTO refresh_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
-         VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO refresh_tokens
+             (hash, grant_id, client_id, account_id, issued_at, expires_at, predecessor)
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(token.hash.as_bytes().as_slice())
     .bind(uuid_text(token.grant_id.0))
     .bind(token.client_id.as_str())
     .bind(uuid_text(token.account_id.0))
     .bind(micros(token.issued_at)?)
-    .bind(opt_micros(token.expires_at)?);
+    .bind(opt_micros(token.expires_at)?)
+    .bind(
+        token
+            .predecessor
+            .as_ref()
+            .map(|hash| hash.as_bytes().as_slice()),
+    );
     insert_row(executor, statement, "refresh token", action).await
 }
 
@@ -673,20 +687,23 @@ where
 impl ClientRegistry for SqliteStore {
     async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
         let statement = sqlx::query(
-            "INSERT INTO clients (id, name, secret_hash, redirect_uris, require_pkce)
-             VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO clients
+                 (id, name, secret_hash, redirect_uris, require_pkce, refresh_policy)
+             VALUES (?, ?, ?, ?, ?, ?)",
         )
         .bind(client.id.as_str())
         .bind(&client.name)
         .bind(client.secret_hash.as_bytes().as_slice())
         .bind(json_text(&client.redirect_uris)?)
-        .bind(client.require_pkce);
+        .bind(client.require_pkce)
+        .bind(client.refresh_policy.map(|policy| policy.to_stored()));
         insert_row(&self.writer, statement, "client", "register a client").await
     }
 
     async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
         let statement = sqlx::query(
-            "SELECT id, name, secret_hash, redirect_uris, require_pkce FROM clients WHERE id = ?",
+            "SELECT id, name, secret_hash, redirect_uris, require_pkce, refresh_policy
+             FROM clients WHERE id = ?",
         )
         .bind(id.as_str());
         find_row(&self.reader, statement, "read a client", client_from).await

@@ -59,13 +59,20 @@ pub struct AccessTokenRecord {
 pub enum RefreshState {
     /// Usable (unless its grant is revoked or it has expired).
     Active,
-    /// Replaced by a successor on rotation. Kept as a tombstone so that a later
-    /// use is recognised as reuse of the grant (RFC 9700 section 4.14).
+    /// A successor was issued for it. Kept as a tombstone so that a later
+    /// use is recognised as reuse of the grant (RFC 9700 section 4.14), or,
+    /// for the first token of a grant under
+    /// [`crate::RefreshPolicy::Adaptive`], still valid until its successor
+    /// is used.
     Rotated {
-        /// When it was rotated.
+        /// When the successor was issued.
         at: OffsetDateTime,
-        /// The hash of the token that replaced it.
+        /// The hash of the successor.
         successor: SecretHash,
+        /// When the successor was itself first used to refresh (its own
+        /// rotation time), if it was. Stores fill this in on every read
+        /// from the successor's record; it is ignored on writes.
+        successor_used_at: Option<OffsetDateTime>,
     },
 }
 
@@ -84,6 +91,9 @@ pub struct RefreshTokenRecord {
     pub issued_at: OffsetDateTime,
     /// When it expires; `None` (the default policy) for never.
     pub expires_at: Option<OffsetDateTime>,
+    /// The token it succeeded, or `None` for the first refresh token of its
+    /// grant (the one a code exchange issued).
+    pub predecessor: Option<SecretHash>,
     /// Whether it has been rotated. Inserted records are `Active`.
     pub state: RefreshState,
     /// Whether its grant has been revoked. Stores fill this in on every read

@@ -3,12 +3,13 @@
 
 use serde_json::json;
 
+use crate::lifecycle::{RefreshDecision, decide_refresh};
 use crate::request::{HeaderCredentials, Params, ParamsError, parse_authorization};
 use crate::{
     AccessToken, AccessTokenRecord, AuthorizationCode, Caller, Client, ClientId, ClientSecret,
-    CodeLookup, CodeTake, Gateway, GrantId, HttpAnswer, RefreshPolicy, RefreshState, RefreshToken,
-    RequestParts, RotatedUse, Rotation, SecretHash, TokenError, access_token_record,
-    check_code_exchange, check_refresh_token, is_active, judge_rotated_use, refresh_token_record,
+    CodeLookup, CodeTake, Gateway, GrantId, HttpAnswer, RefreshToken, RefreshTokenRecord,
+    RequestParts, Rotation, SecretHash, StoreError, TokenError, access_token_record,
+    check_code_exchange, check_refresh_token, is_active, refresh_token_record,
 };
 
 /// A successful token answer.
@@ -294,8 +295,14 @@ impl Gateway {
             grant_id: record.grant_id,
         };
         let refresh_token = RefreshToken::generate(&*self.random);
-        let refresh =
-            refresh_token_record(&refresh_token, &caller, now, &self.config, &self.hasher);
+        let refresh = refresh_token_record(
+            &refresh_token,
+            None,
+            &caller,
+            now,
+            &self.config,
+            &self.hasher,
+        );
         let (access_token, access) = self.new_access_token(&caller, now);
         // One atomic step: should it fail, the code is still unused and the
         // client's retry is an exchange like the first, not a replay.
@@ -333,81 +340,117 @@ impl Gateway {
     ) -> Result<TokenResponse, TokenError> {
         let now = self.clock.now();
         let hash = presented.hash(&self.hasher);
-        let record = self
-            .stores
-            .tokens
-            .find_refresh_token(&hash)
-            .await?
-            .ok_or(TokenError::InvalidRefreshToken)?;
-        check_refresh_token(&record, &client.id, now)?;
+        let policy = client.refresh_policy.unwrap_or(self.config.refresh_policy);
+        let mut record = self.valid_refresh_token(&hash, client, now).await?;
         let caller = Caller {
             account_id: record.account_id,
             client_id: record.client_id.clone(),
             grant_id: record.grant_id,
         };
-        match (&record.state, self.config.refresh_policy) {
-            (RefreshState::Active, RefreshPolicy::Reuse) => {
-                self.issue_access(caller, presented, now).await
-            }
-            (RefreshState::Active, RefreshPolicy::Rotate { .. }) => {
-                let successor = presented.successor(&self.hasher);
-                let successor_record =
-                    refresh_token_record(&successor, &caller, now, &self.config, &self.hasher);
-                let (access_token, access) = self.new_access_token(&caller, now);
-                // One atomic step: should it fail, the presented token is
-                // still active and the client's retry is a refresh like the
-                // first, not a reuse.
-                match self
-                    .stores
-                    .tokens
-                    .rotate_refresh_token(&hash, &successor_record, &access, now)
-                    .await?
-                {
-                    Rotation::Rotated => Ok(self.stored_tokens(access_token, successor, caller)),
-                    // Lost a race with a concurrent refresh of the same token.
-                    Rotation::AlreadyRotated { at, successor } => {
-                        self.rotated_use(caller, &presented, at, successor, now)
-                            .await
-                    }
-                    Rotation::Revoked | Rotation::NotFound => Err(TokenError::InvalidRefreshToken),
+        let mut decision = decide_refresh(&record, policy, now);
+        if decision == RefreshDecision::Rotate {
+            let successor = presented.successor(&self.hasher);
+            let successor_record = refresh_token_record(
+                &successor,
+                Some(hash),
+                &caller,
+                now,
+                &self.config,
+                &self.hasher,
+            );
+            let (access_token, access) = self.new_access_token(&caller, now);
+            // One atomic step: should it fail, the presented token is still
+            // active and the client's retry is a refresh like the first,
+            // not a reuse.
+            match self
+                .stores
+                .tokens
+                .rotate_refresh_token(&hash, &successor_record, &access, now)
+                .await?
+            {
+                Rotation::Rotated => {
+                    return Ok(self.stored_tokens(access_token, successor, caller));
+                }
+                // Lost a race with a concurrent refresh of the same token:
+                // decide again on the token as the winner left it.
+                Rotation::AlreadyRotated { .. } => {
+                    record = self.valid_refresh_token(&hash, client, now).await?;
+                    decision = decide_refresh(&record, policy, now);
+                }
+                Rotation::Revoked | Rotation::NotFound => {
+                    return Err(TokenError::InvalidRefreshToken);
                 }
             }
-            (RefreshState::Rotated { at, successor }, _) => {
-                self.rotated_use(caller, &presented, *at, *successor, now)
+        }
+        match decision {
+            RefreshDecision::KeepToken => self.issue_access(caller, presented, now).await,
+            RefreshDecision::ReissueSuccessor(successor_hash) => {
+                self.reissue_successor(caller, &presented, successor_hash, now)
                     .await
             }
+            RefreshDecision::RevokeGrant => self.reused(caller.grant_id, now).await,
+            // The token read back after a lost race is rotated; a store that
+            // reports it rotated and then active is not keeping its
+            // contract.
+            RefreshDecision::Rotate => Err(TokenError::Store(StoreError::backend(
+                "rotate a refresh token",
+                RotationContended,
+            ))),
         }
     }
 
-    /// A use of a refresh token that was already rotated: within the grace
-    /// window the same successor is handed out again (if it is still the
-    /// live one); otherwise it is reuse, and the whole grant is revoked
-    /// (RFC 9700 section 4.14.2).
-    async fn rotated_use(
+    /// The refresh token hashed to `hash`, if it exists and `client` may use
+    /// it now (its rotation state is decided separately).
+    async fn valid_refresh_token(
+        &self,
+        hash: &SecretHash,
+        client: &Client,
+        now: time::OffsetDateTime,
+    ) -> Result<RefreshTokenRecord, TokenError> {
+        let record = self
+            .stores
+            .tokens
+            .find_refresh_token(hash)
+            .await?
+            .ok_or(TokenError::InvalidRefreshToken)?;
+        check_refresh_token(&record, &client.id, now)?;
+        Ok(record)
+    }
+
+    /// Answers with the successor already issued for `presented`, and a new
+    /// access token, if that successor is still the live one; otherwise the
+    /// use of `presented` is reuse.
+    async fn reissue_successor(
         &self,
         caller: Caller,
         presented: &RefreshToken,
-        rotated_at: time::OffsetDateTime,
         successor_hash: SecretHash,
         now: time::OffsetDateTime,
     ) -> Result<TokenResponse, TokenError> {
-        if judge_rotated_use(rotated_at, now, self.config.refresh_policy) == RotatedUse::Grace {
-            let successor = presented.successor(&self.hasher);
-            let live = self
-                .stores
-                .tokens
-                .find_refresh_token(&successor_hash)
-                .await?;
-            if successor.hash(&self.hasher) == successor_hash
-                && live.is_some_and(|record| is_active(&record) && !record.revoked)
-            {
-                return self.issue_access(caller, successor, now).await;
-            }
-        }
-        self.stores
+        // Successors are derived from their predecessor under the server
+        // key, so the one issued can be handed out again without keeping it.
+        let successor = presented.successor(&self.hasher);
+        let live = self
+            .stores
             .tokens
-            .revoke_grant(caller.grant_id, now)
+            .find_refresh_token(&successor_hash)
             .await?;
+        if successor.hash(&self.hasher) == successor_hash
+            && live.is_some_and(|record| is_active(&record) && !record.revoked)
+        {
+            return self.issue_access(caller, successor, now).await;
+        }
+        self.reused(caller.grant_id, now).await
+    }
+
+    /// A retired refresh token used again: the grant is revoked, since the
+    /// token may be in a thief's hands (RFC 9700 section 4.14.2).
+    async fn reused(
+        &self,
+        grant_id: GrantId,
+        now: time::OffsetDateTime,
+    ) -> Result<TokenResponse, TokenError> {
+        self.stores.tokens.revoke_grant(grant_id, now).await?;
         Err(TokenError::InvalidRefreshToken)
     }
 
@@ -451,3 +494,9 @@ impl Gateway {
         }
     }
 }
+
+/// A refresh token stayed active and unrotatable: the store reported it
+/// rotated by a concurrent caller, then read it back active.
+#[derive(Debug, thiserror::Error)]
+#[error("the refresh token kept changing while it was being rotated")]
+struct RotationContended;

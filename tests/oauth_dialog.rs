@@ -254,7 +254,9 @@ async fn an_app_registered_as_requiring_pkce_must_send_a_challenge() {
     let f = Fixture::new().await;
     let (client, _) = f
         .gateway
-        .register_client("SPA", vec![REDIRECT_URI.into()], true)
+        .register_client(
+            conversion_gateway::ClientRegistration::new("SPA", [REDIRECT_URI]).require_pkce(true),
+        )
         .await
         .unwrap();
     let query = format!("client_id={}&redirect_uri={REDIRECT_URI}", client.id);

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use common::*;
@@ -64,9 +63,19 @@ async fn refresh_rotates_the_refresh_token() {
     assert_ne!(third, second);
 }
 
+/// A gateway whose default refresh policy is strict rotation.
+async fn strict() -> Fixture {
+    Fixture::with_config(|c| {
+        c.refresh_policy = RefreshPolicy::Rotate {
+            grace: Duration::seconds(30),
+        }
+    })
+    .await
+}
+
 #[tokio::test]
-async fn reuse_of_a_rotated_refresh_token_revokes_the_grant() {
-    let f = Fixture::new().await;
+async fn under_strict_rotation_reuse_of_a_rotated_refresh_token_revokes_the_grant() {
+    let f = strict().await;
     let (_, first) = f.tokens().await;
     let renewed = body(&f.refresh(&first).await);
     let (access, second) = (
@@ -123,8 +132,8 @@ async fn a_refresh_token_of_another_client_is_invalid() {
 }
 
 #[tokio::test]
-async fn within_the_grace_window_the_same_successor_is_returned() {
-    let f = Fixture::new().await;
+async fn under_strict_rotation_the_same_successor_is_returned_within_the_grace_window() {
+    let f = strict().await;
     let (_, first) = f.tokens().await;
     let a = body(&f.refresh(&first).await);
     f.clock.advance(Duration::seconds(30));
@@ -169,32 +178,6 @@ async fn a_grace_use_after_the_successor_moved_on_is_reuse() {
         .to_owned();
     assert_error(&f.refresh(&first).await, 401, "INVALID_REFRESH_TOKEN");
     assert_error(&f.refresh(&third).await, 401, "INVALID_REFRESH_TOKEN");
-}
-
-#[tokio::test]
-async fn concurrent_refreshes_produce_one_live_successor() {
-    let f = Arc::new(Fixture::new().await);
-    let (_, first) = f.tokens().await;
-    let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let f = f.clone();
-            let first = first.clone();
-            tokio::spawn(async move { body(&f.refresh(&first).await) })
-        })
-        .collect();
-    let mut successors = HashSet::new();
-    for task in tasks {
-        let answer = task.await.unwrap();
-        successors.insert(
-            answer["refresh_token"]
-                .as_str()
-                .expect("every racer succeeds")
-                .to_owned(),
-        );
-    }
-    assert_eq!(successors.len(), 1, "never two live successors");
-    let successor = successors.into_iter().next().unwrap();
-    assert_eq!(f.refresh(&successor).await.status, 200);
 }
 
 #[tokio::test]
@@ -305,4 +288,77 @@ async fn the_purge_deletes_what_expired_beyond_the_retention_and_nothing_live() 
     let third = body(&answer)["refresh_token"].as_str().unwrap().to_owned();
     f.clock.advance(Duration::minutes(1));
     assert_eq!(f.refresh(&third).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_default_policy_serves_both_kinds_of_client_on_the_memory_store() {
+    refresh_scenarios::all(Fixture::new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_default_policy_serves_both_kinds_of_client_on_sqlite() {
+    refresh_scenarios::all(|| async {
+        let store = Arc::new(
+            conversion_gateway::SqliteStore::open_in_memory()
+                .await
+                .expect("open SQLite"),
+        );
+        let stores = conversion_gateway::Stores {
+            tokens: store.clone(),
+            clients: store.clone(),
+            accounts: store.clone(),
+            api_keys: store.clone(),
+            events: store,
+        };
+        Fixture::with_stores(stores, |_| {}).await
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_client_registered_with_its_own_policy_keeps_it() {
+    // Strict rotation for one application, under the adaptive default.
+    let f = Fixture::new().await;
+    let (strict_app, secret) = f
+        .gateway
+        .register_client(
+            conversion_gateway::ClientRegistration::new("Strict App", [REDIRECT_URI])
+                .refresh_policy(RefreshPolicy::Rotate {
+                    grace: Duration::seconds(30),
+                }),
+        )
+        .await
+        .unwrap();
+    let query = format!(
+        "client_id={}&redirect_uri={}",
+        strict_app.id,
+        form_urlencoded::byte_serialize(REDIRECT_URI.as_bytes()).collect::<String>()
+    );
+    let request = f.gateway.authorization_request(&query).await.unwrap();
+    let redirect = f.gateway.approve(&request, f.account.id).await.unwrap();
+    let code = param(&redirect_params(&redirect), "code").unwrap();
+    let refresh_with = |token: String| {
+        let f = &f;
+        let body = serde_json::json!({
+            "client_id": strict_app.id, "client_secret": secret.expose(), "refresh_token": token,
+        });
+        async move { f.token_json(body).await }
+    };
+    let issued = f
+        .token_json(serde_json::json!({
+            "client_id": strict_app.id, "client_secret": secret.expose(), "code": code,
+        }))
+        .await;
+    let first = body(&issued)["refresh_token"].as_str().unwrap().to_owned();
+    assert_eq!(refresh_with(first.clone()).await.status, 200);
+    f.clock.advance(Duration::minutes(5));
+    // Under the adaptive default this would still work: the app's own
+    // strict policy makes it reuse.
+    assert_error(&refresh_with(first).await, 401, "INVALID_REFRESH_TOKEN");
+
+    // The fixture's own app follows the default.
+    let (_, first) = f.tokens().await;
+    assert_eq!(f.refresh(&first).await.status, 200);
+    f.clock.advance(Duration::minutes(5));
+    assert_eq!(f.refresh(&first).await.status, 200);
 }

@@ -8,6 +8,8 @@
 //! parallel and repeatedly against one database.
 #![cfg(all(feature = "test-util", feature = "postgres"))]
 
+mod common;
+
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -224,6 +226,7 @@ fn refresh_token(grant: &Grant) -> RefreshTokenRecord {
         account_id: grant.account_id,
         issued_at: datetime!(2026-03-01 12:00:00 UTC),
         expires_at: None,
+        predecessor: None,
         state: RefreshState::Active,
         revoked: false,
     }
@@ -630,4 +633,24 @@ async fn a_closed_pool_is_a_backend_error_never_a_panic() {
         }
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_default_refresh_policy_serves_both_kinds_of_client() {
+    use common::refresh_scenarios::{SCENARIOS, scenario};
+    // A schema per scenario: every fixture registers the same seeded apps.
+    for n in 0..SCENARIOS {
+        in_schema(move |schema| async move {
+            let store = schema.store().await;
+            let stores = conversion_gateway::Stores {
+                tokens: store.clone(),
+                clients: store.clone(),
+                accounts: store.clone(),
+                api_keys: store.clone(),
+                events: store,
+            };
+            scenario(n, common::Fixture::with_stores(stores, |_| {}).await).await;
+        })
+        .await;
+    }
 }

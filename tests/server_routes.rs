@@ -735,11 +735,10 @@ async fn names_on_the_pages_are_escaped() {
     let server = Server::new().await;
     let (client, _) = server
         .gateway
-        .register_client(
+        .register_client(conversion_gateway::ClientRegistration::new(
             r#"<script>alert("x")</script> & Co"#,
-            vec!["https://app.example/cb".into()],
-            false,
-        )
+            ["https://app.example/cb"],
+        ))
         .await
         .unwrap();
     let query = format!(
