@@ -6,7 +6,8 @@
 //! - **OAuth 2.0 authorization code flow** for third-party applications
 //!   (RFC 6749, with PKCE, RFC 7636): the authorization dialog's decisions,
 //!   single-use codes, token issue and refresh (access tokens live 86400 s),
-//!   refresh-token rotation with reuse detection (RFC 9700), revocation
+//!   refresh-token rotation with reuse detection (RFC 9700) that adapts to
+//!   clients which never store a new refresh token, revocation
 //!   (RFC 7009), and bearer authentication of API calls.
 //! - **API-key authentication** and the **intake of conversion events**
 //!   (`CONVERSION` / `CDP`): validation of the event and its contact payload
