@@ -81,7 +81,8 @@ pub fn check_code_exchange(
 }
 
 /// Decides whether a refresh token, as loaded, may be used by `client` now.
-/// Its rotation state is judged separately, by [`judge_rotated_use`].
+/// Its rotation state is judged separately, by the token endpoint under the
+/// client's [`crate::RefreshPolicy`].
 ///
 /// # Errors
 /// [`TokenError::InvalidRefreshToken`] if its grant is revoked, it belongs to

@@ -18,7 +18,7 @@ pub struct TokenResponse {
     /// The new access token.
     pub access_token: AccessToken,
     /// The refresh token to use next (the same one under
-    /// [`RefreshPolicy::Reuse`]).
+    /// [`crate::RefreshPolicy::Reuse`]).
     pub refresh_token: RefreshToken,
     /// The access token's lifetime in seconds (86400 by default).
     pub expires_in: i64,
@@ -456,7 +456,7 @@ impl Gateway {
 
     /// Issues an access token alongside a refresh token that is already
     /// stored (the grace window's successor, or the token kept under
-    /// [`RefreshPolicy::Reuse`]).
+    /// [`crate::RefreshPolicy::Reuse`]).
     async fn issue_access(
         &self,
         caller: Caller,
