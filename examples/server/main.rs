@@ -13,6 +13,7 @@ mod app;
 
 use std::fmt;
 use std::io::{self, IsTerminal as _, Write as _};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use app::{AppState, Passwords, ServerKey, router, seed_demo};
+use app::{AppState, LoginLimits, Passwords, ServerKey, router, seed_demo};
 
 const USAGE: &str = "\
 Runs the conversion-gateway service on one address.
@@ -45,6 +46,12 @@ Options:
   --demo-credentials PATH  Write the demo app, account and API key as JSON to
                            PATH (without it, they are printed to the log)
   -h, --help               Print this help
+
+Sign-ins are throttled: after 5 failures for one account from one address,
+20 for one account, or 20 from one address within 15 minutes, the sign-in
+form answers 429 until the 15 minutes have passed. At most one password is
+checked per core at a time; a sign-in that waits over 2 s for its turn is
+answered 503.
 
 Environment:
   CONVERSION_GATEWAY_KEY   The server key (64 hex digits), when --key-file is
@@ -242,11 +249,19 @@ async fn run(args: Args) -> Result<(), String> {
         ),
     }
 
-    let state = AppState::new(gateway, &key, passwords, Arc::new(SystemClock));
+    let state = AppState::new(
+        gateway,
+        &key,
+        passwords,
+        LoginLimits::recommended(),
+        Arc::new(SystemClock),
+    );
     tracing::info!(%address, %base_url, store = %args.store, "listening");
     // The listener was bound before the demo file was written, so a client
-    // that waits for the file finds the port open.
-    axum::serve(listener, router(state))
+    // that waits for the file finds the port open. The sign-in throttle
+    // reads each request's client address.
+    let service = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|error| format!("the server failed: {error}"))?;
