@@ -2,9 +2,10 @@
 //! the core, the dialog's pages with their login sessions, the server key and
 //! the demo data.
 //!
-//! `main.rs` adds the command line, logging, the store and shutdown. The tests
-//! include this file as a module (`#[path = "../examples/server/app.rs"]`), so
-//! they drive exactly the router the server runs.
+//! `main.rs` adds the command line, logging, the store and shutdown, and
+//! `serve.rs` the connections. The tests include this file as a module
+//! (`#[path = "../examples/server/app.rs"]`), so they drive exactly the router
+//! the server runs.
 
 // A path relative to this file, so that the module is found both from
 // main.rs and from the tests that include this file by `#[path]`.
@@ -116,10 +117,10 @@ impl AppState {
 /// token and revocation endpoints, and the three intake routes.
 ///
 /// The sign-in form throttles by client address, so the router must be
-/// served with each request's [`ConnectInfo<SocketAddr>`], as `axum::serve`
-/// does with `router.into_make_service_with_connect_info::<SocketAddr>()`.
-/// Without it, a sign-in is answered 500 rather than throttled with
-/// everyone else's.
+/// served with each request's [`ConnectInfo<SocketAddr>`]: `serve.rs` inserts
+/// it, as does `axum::serve` with
+/// `router.into_make_service_with_connect_info::<SocketAddr>()`. Without it,
+/// a sign-in is answered 500 rather than throttled with everyone else's.
 pub fn router(state: AppState) -> Router {
     // COMPAT.md: the real service caps the conversion and batch bodies at
     // 0.2 MB. The core checks the same limit; this one stops a larger body

@@ -7,16 +7,19 @@
 //! ```
 //!
 //! This file is the process around the application (`app.rs`): the command
-//! line, logging, the server key, the store, and a graceful shutdown.
+//! line, logging, the server key, the store and the demo data; `serve.rs`
+//! holds the connections and the graceful shutdown. `tests/server_process.rs` includes this file by `#[path]`.
 
 mod app;
+pub mod serve;
 
 use std::fmt;
+use std::future::Future;
 use std::io::{self, IsTerminal as _, Write as _};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use conversion_gateway::{Gateway, GatewayConfig, Stores, SystemClock};
 use tokio::net::TcpListener;
@@ -26,6 +29,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 use app::{AppState, LoginLimits, Passwords, ServerKey, router, seed_demo};
+use serve::{ConnectionLimits, Drained};
 
 const USAGE: &str = "\
 Runs the conversion-gateway service on one address.
@@ -45,6 +49,14 @@ Options:
                            and .key; conversion-gateway.key for PostgreSQL]
   --demo-credentials PATH  Write the demo app, account and API key as JSON to
                            PATH (without it, they are printed to the log)
+  --header-timeout SECS    Disconnect a client that takes longer to send a
+                           request's headers, or stays idle longer between
+                           requests [default: 10]
+  --max-connections N      Connections served at once; more wait to be
+                           accepted [default: 512]
+  --shutdown-timeout SECS  On Ctrl-C or SIGTERM, how long the requests in
+                           flight may take to finish before their connections
+                           are closed [default: 30]
   -h, --help               Print this help
 
 Sign-ins are throttled: after 5 failures for one account from one address,
@@ -60,12 +72,14 @@ Environment:
 ";
 
 /// The parsed command line.
-struct Args {
+pub struct Args {
     listen: String,
     base_url: Option<String>,
     store: StoreChoice,
     key_file: Option<PathBuf>,
     demo_credentials: Option<PathBuf>,
+    /// `--header-timeout`, `--max-connections` and `--shutdown-timeout`.
+    pub connections: ConnectionLimits,
 }
 
 /// Where the data lives.
@@ -112,13 +126,14 @@ impl StoreChoice {
 
 impl Args {
     /// The arguments, or `None` for `--help`.
-    fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Self>, String> {
+    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Self>, String> {
         let mut parsed = Args {
             listen: "127.0.0.1:8080".into(),
             base_url: None,
             store: StoreChoice::Sqlite(PathBuf::from("conversion-gateway.db")),
             key_file: None,
             demo_credentials: None,
+            connections: ConnectionLimits::default(),
         };
         while let Some(arg) = args.next() {
             if arg == "-h" || arg == "--help" {
@@ -143,11 +158,34 @@ impl Args {
                 "--store" => parsed.store = StoreChoice::parse(&value()?)?,
                 "--key-file" => parsed.key_file = Some(value()?.into()),
                 "--demo-credentials" => parsed.demo_credentials = Some(value()?.into()),
+                "--header-timeout" => {
+                    parsed.connections.header_timeout = seconds(&flag, &value()?)?;
+                }
+                "--max-connections" => {
+                    parsed.connections.max_connections = positive(&flag, &value()?)?;
+                }
+                "--shutdown-timeout" => {
+                    parsed.connections.shutdown_timeout = seconds(&flag, &value()?)?;
+                }
                 _ => return Err(format!("unknown argument {flag:?}")),
             }
         }
         Ok(Some(parsed))
     }
+}
+
+/// A whole number above zero.
+fn positive(flag: &str, text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(number) if number > 0 => Ok(number),
+        _ => Err(format!("{flag} needs a whole number above 0, not {text:?}")),
+    }
+}
+
+/// A whole number of seconds above zero.
+fn seconds(flag: &str, text: &str) -> Result<Duration, String> {
+    let seconds = positive(flag, text)?;
+    Ok(Duration::from_secs(seconds as u64))
 }
 
 /// A base URL that can be written in a `WWW-Authenticate` realm.
@@ -180,7 +218,7 @@ async fn main() -> ExitCode {
         }
     };
     init_logging();
-    match run(args).await {
+    match run(args, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             tracing::error!("{message}");
@@ -211,10 +249,28 @@ fn init_logging() {
         .init();
 }
 
-async fn run(args: Args) -> Result<(), String> {
+/// The whole life of the server: start, serve until `shutdown` resolves,
+/// drain, close the store.
+async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), String> {
+    start(&args).await?.serve(shutdown).await;
+    Ok(())
+}
+
+/// A server ready to serve: its store open, its demo data seeded and its
+/// listener bound.
+pub struct Started {
+    store: OpenStore,
+    listener: TcpListener,
+    state: AppState,
+    connections: ConnectionLimits,
+}
+
+/// Opens the store, reads the key, binds the listener and seeds the demo
+/// data.
+pub async fn start(args: &Args) -> Result<Started, String> {
     // The store first: a key file is only created for a store that opens.
     let store = OpenStore::open(&args.store).await?;
-    let key = server_key(&args)?;
+    let key = server_key(args)?;
     let listener = TcpListener::bind(&args.listen)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", args.listen))?;
@@ -258,18 +314,36 @@ async fn run(args: Args) -> Result<(), String> {
     );
     tracing::info!(%address, %base_url, store = %args.store, "listening");
     // The listener was bound before the demo file was written, so a client
-    // that waits for the file finds the port open. The sign-in throttle
-    // reads each request's client address.
-    let service = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|error| format!("the server failed: {error}"))?;
-    // Every request in flight has been answered: whatever was acknowledged
-    // is in the store. Closing it checkpoints SQLite's write-ahead log.
-    store.close().await;
-    tracing::info!("stopped");
-    Ok(())
+    // that waits for the file finds the port open.
+    Ok(Started {
+        store,
+        listener,
+        state,
+        connections: args.connections,
+    })
+}
+
+impl Started {
+    /// Serves until `shutdown` resolves, lets the requests in flight finish
+    /// (up to `--shutdown-timeout`), then closes the store.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let drained = serve::serve(
+            self.listener,
+            router(self.state),
+            self.connections,
+            shutdown,
+        )
+        .await;
+        // No request runs any more: whatever was acknowledged is in the
+        // store. Closing it checkpoints SQLite's write-ahead log.
+        self.store.close().await;
+        match drained {
+            Drained::All => tracing::info!("stopped"),
+            Drained::Cut(connections) => {
+                tracing::warn!(connections, "stopped; some requests were cut off");
+            }
+        }
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM. The server then stops accepting
