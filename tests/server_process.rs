@@ -1,6 +1,7 @@
 //! The example server's process (`examples/server/main.rs` and `serve.rs`),
-//! in-process on loopback: its command line and its connections (the header
-//! timeout, the connection cap, the shutdown deadline).
+//! in-process on loopback: its start (the demo credentials file, the log,
+//! the file permission warnings), and its connections (the header timeout,
+//! the connection cap, the shutdown deadline).
 
 // The whole of main.rs, with app.rs and serve.rs, as a module; its `main`
 // and some of the app are not used here.
@@ -8,8 +9,10 @@
 #[path = "../examples/server/main.rs"]
 mod server;
 
+use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -20,13 +23,101 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, oneshot};
 
+/// A log sink for one test: what is logged on this thread.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Collects every event logged on this thread while the guard lives
+    /// (a `#[tokio::test]` runs every task on its one thread).
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let logs = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || logs.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// A directory for one test's files, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let path = std::env::temp_dir().join(format!("cg-{name}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn args(list: &[&str]) -> server::Args {
     server::Args::parse(list.iter().map(|arg| (*arg).to_owned()))
         .expect("valid arguments")
         .expect("not --help")
 }
 
-// --- command line -------------------------------------------------------------
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+// --- start -------------------------------------------------------------------
+
+#[test]
+fn demo_credentials_default_to_a_file_beside_the_database_or_in_the_working_directory() {
+    let path = |list: &[&str]| args(list).demo_credentials_path();
+    assert_eq!(path(&[]), Path::new("conversion-gateway.db.demo.json"));
+    assert_eq!(
+        path(&["--store", "sqlite:/var/lib/cg/gw.db"]),
+        Path::new("/var/lib/cg/gw.db.demo.json")
+    );
+    assert_eq!(
+        path(&["--store", "memory"]),
+        Path::new("conversion-gateway.demo.json")
+    );
+    assert_eq!(
+        path(&["--store", "memory", "--demo-credentials", "demo.json"]),
+        Path::new("demo.json")
+    );
+}
 
 #[test]
 fn connection_flags_set_the_limits_and_refuse_zero() {
@@ -55,6 +146,121 @@ fn connection_flags_set_the_limits_and_refuse_zero() {
         let parsed = server::Args::parse(bad.iter().map(|arg| (*arg).to_owned()));
         assert!(parsed.is_err(), "{bad:?} was accepted");
     }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn the_demo_credentials_go_to_a_private_file_and_never_to_the_log() {
+    let dir = TempDir::new("demo-file");
+    let database = dir.path("gateway.db");
+    let store = format!("sqlite:{}", database.display());
+    let logs = Logs::default();
+    let _guard = logs.capture();
+
+    // Without --demo-credentials.
+    let args = args(&["--listen", "127.0.0.1:0", "--store", &store]);
+    let started = server::start(&args).await.expect("the server starts");
+    started.serve(std::future::ready(())).await;
+
+    let file = dir.path("gateway.db.demo.json");
+    #[cfg(unix)]
+    assert_eq!(mode(&file), 0o600, "only the owner may read {file:?}");
+    let demo: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let logs = logs.text();
+    assert!(
+        logs.contains(&format!("path={}", file.display())),
+        "the log says where: {logs}"
+    );
+    for field in ["client_secret", "api_key", "password"] {
+        let secret = demo[field].as_str().expect("a demo credential");
+        assert!(secret.len() >= 16, "{field} is {secret:?}");
+        assert!(!logs.contains(secret), "the {field} is in the log: {logs}");
+    }
+    assert!(logs.contains("stopped"), "{logs}");
+}
+
+#[cfg(all(unix, feature = "sqlite"))]
+#[tokio::test]
+async fn a_key_file_others_can_read_is_warned_about_at_start_by_path_only() {
+    let dir = TempDir::new("exposed-key");
+    let key_file = dir.path("gateway.key");
+    let hex = "5a".repeat(32);
+    std::fs::write(&key_file, format!("{hex}\n")).unwrap();
+    set_mode(&key_file, 0o644);
+    let logs = Logs::default();
+    let _guard = logs.capture();
+
+    let store = format!("sqlite:{}", dir.path("gateway.db").display());
+    let demo = dir.path("demo.json");
+    let args = args(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        &store,
+        "--key-file",
+        key_file.to_str().unwrap(),
+        "--demo-credentials",
+        demo.to_str().unwrap(),
+    ]);
+    let started = server::start(&args).await.expect("the server starts");
+    started.serve(std::future::ready(())).await;
+
+    let logs = logs.text();
+    let warning = logs
+        .lines()
+        .find(|line| line.contains("WARN") && line.contains(key_file.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("no warning about the key file in {logs}"));
+    assert!(warning.contains("mode=644"), "{warning}");
+    assert!(warning.contains("chmod 600"), "{warning}");
+    assert!(!logs.contains(&hex), "the key is in the log: {logs}");
+    assert_eq!(mode(&key_file), 0o644, "warned about, not changed");
+}
+
+#[cfg(unix)]
+#[test]
+fn files_are_exposed_when_their_group_or_others_have_any_permission() {
+    let dir = TempDir::new("modes");
+    let file = dir.path("gateway.db");
+    std::fs::write(&file, "").unwrap();
+    for (mode, exposed) in [
+        (0o600, false),
+        (0o400, false),
+        (0o700, false),
+        (0o640, true),
+        (0o604, true),
+        (0o660, true),
+        (0o602, true),
+        (0o610, true),
+    ] {
+        set_mode(&file, mode);
+        let found = server::exposed_mode(&file);
+        assert_eq!(found.is_some(), exposed, "mode {mode:o}: {found:?}");
+        if exposed {
+            assert_eq!(found, Some(mode));
+        }
+    }
+    assert_eq!(server::exposed_mode(&dir.path("missing")), None);
+
+    // The database and its WAL files, each warned about by name.
+    let files = server::sqlite_files(&file);
+    assert_eq!(
+        files,
+        [
+            file.clone(),
+            dir.path("gateway.db-wal"),
+            dir.path("gateway.db-shm")
+        ]
+    );
+    std::fs::write(&files[1], "").unwrap();
+    set_mode(&files[1], 0o644);
+    set_mode(&file, 0o600);
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    assert_eq!(server::warn_if_exposed(&files), 1);
+    let logs = logs.text();
+    assert!(logs.contains("gateway.db-wal"), "{logs}");
+    assert!(!logs.contains("gateway.db-shm"), "{logs}");
 }
 
 // --- connections ---------------------------------------------------------------
