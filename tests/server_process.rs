@@ -87,7 +87,7 @@ fn args(list: &[&str]) -> server::Args {
         .expect("not --help")
 }
 
-#[cfg(unix)]
+#[cfg(all(unix, feature = "sqlite"))]
 fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
