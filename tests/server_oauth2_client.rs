@@ -7,10 +7,11 @@
 #[path = "../examples/server/app.rs"]
 mod app;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use app::{AppState, DEMO_REDIRECT_URI, Passwords, ServerKey};
+use app::{AppState, DEMO_REDIRECT_URI, LoginLimits, Passwords, ServerKey};
 use conversion_gateway::{Gateway, GatewayConfig, Stores, SystemClock};
 use oauth2::basic::{BasicClient, BasicErrorResponseType, BasicTokenType};
 use oauth2::url::Url;
@@ -50,8 +51,16 @@ async fn the_oauth2_crate_exchanges_a_code_and_refreshes_over_loopback() {
     let demo = app::seed_demo(&gateway, &key, &passwords)
         .await
         .expect("seed the demo data");
-    let state = AppState::new(gateway, &key, passwords, Arc::new(SystemClock));
-    let server = tokio::spawn(async move { axum::serve(listener, app::router(state)).await });
+    let state = AppState::new(
+        gateway,
+        &key,
+        passwords,
+        LoginLimits::recommended(),
+        Arc::new(SystemClock),
+    );
+    // With the client's address, which the sign-in throttle reads.
+    let service = app::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let server = tokio::spawn(async move { axum::serve(listener, service).await });
 
     // The browser: keeps cookies, and does not follow the redirect to the
     // app (nothing listens on 127.0.0.1:9); the code is read from Location.

@@ -1,7 +1,8 @@
 //! The example server (`examples/server`) driven in-process through its
-//! axum router: every route, the dialog's pages and their protection, every
-//! error of the earlier issues as the HTTP client sees it, the logs, and a
-//! restart on the same SQLite file.
+//! axum router: every route, the dialog's pages and their protection (CSRF,
+//! sign-in throttling, the bound on password checks), every error of the
+//! earlier issues as the HTTP client sees it, the logs, and a restart on the
+//! same SQLite file.
 
 // main.rs uses parts of the app (the key file, the recommended password
 // cost) that not every test here does.
@@ -10,11 +11,16 @@
 mod app;
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use app::{AppState, DEMO_REDIRECT_URI, DemoCredentials, Passwords, ServerKey};
+use app::{
+    AppState, DEMO_REDIRECT_URI, DemoCredentials, HashingLimit, LoginLimits, Passwords, ServerKey,
+};
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Request, StatusCode};
 use base64::Engine as _;
 use conversion_gateway::{
@@ -26,6 +32,13 @@ use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
 const BASE_URL: &str = "http://gateway.test";
+
+/// The address requests come from unless a test says otherwise (TEST-NET-1).
+const PEER: &str = "192.0.2.1:50000";
+
+fn peer(address: &str) -> SocketAddr {
+    address.parse().expect("a socket address")
+}
 
 fn key() -> ServerKey {
     ServerKey::from_hex(&"42".repeat(32)).expect("64 hex digits")
@@ -174,6 +187,10 @@ impl Server {
     }
 
     async fn with_stores(stores: Stores, key: &ServerKey) -> Self {
+        Self::with_limits(stores, key, LoginLimits::recommended()).await
+    }
+
+    async fn with_limits(stores: Stores, key: &ServerKey, limits: LoginLimits) -> Self {
         let gateway = Arc::new(Gateway::new(
             GatewayConfig::new(BASE_URL),
             stores,
@@ -185,7 +202,7 @@ impl Server {
             .await
             .expect("seed the demo data");
         let clock = Arc::new(ManualClock::at_epoch_of_tests());
-        let state = AppState::new(gateway.clone(), key, passwords, clock.clone());
+        let state = AppState::new(gateway.clone(), key, passwords, limits, clock.clone());
         Self {
             router: app::router(state),
             demo,
@@ -195,6 +212,13 @@ impl Server {
     }
 
     async fn send(&self, request: Request<Body>) -> Reply {
+        self.send_from(peer(PEER), request).await
+    }
+
+    /// Sends `request` as if from `address`, as the accept loop tells the
+    /// router.
+    async fn send_from(&self, address: SocketAddr, mut request: Request<Body>) -> Reply {
+        request.extensions_mut().insert(ConnectInfo(address));
         let response = self
             .router
             .clone()
@@ -280,6 +304,27 @@ impl Server {
             "cg_session={}",
             reply.cookie("cg_session").expect("a session cookie")
         )
+    }
+
+    /// Opens the sign-in page and posts `email` and `password` from
+    /// `address`: the answer to the login form.
+    async fn try_sign_in(&self, address: &str, email: &str, password: &str) -> Reply {
+        let query = self.dialog_query("");
+        let page = self.get(&format!("/auth/dialog?{query}"), "").await;
+        let nonce = page.cookie("cg_login").expect("a login nonce cookie");
+        let fields = [
+            ("action", "login"),
+            ("query", query.as_str()),
+            ("csrf", &page.hidden("csrf")),
+            ("email", email),
+            ("password", password),
+        ];
+        let request = Request::post("/auth/dialog")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", format!("cg_login={nonce}"))
+            .body(Body::from(form(&fields)))
+            .unwrap();
+        self.send_from(peer(address), request).await
     }
 
     /// Signs in, answers the consent screen, and returns the answer.
@@ -763,6 +808,193 @@ async fn the_dialog_form_takes_only_form_bodies() {
         .await;
     assert_eq!(reply.status, 415);
     assert!(reply.html().contains("Unsupported form"));
+}
+
+// --- sign-in throttling and the bound on password checks ------------------
+
+/// Asserts a sign-in page refused with `status` and `Retry-After: seconds`,
+/// whose notice says `text`.
+#[track_caller]
+fn assert_refused_sign_in(reply: &Reply, status: u16, seconds: &str, text: &str) {
+    assert_eq!(
+        reply.status.as_u16(),
+        status,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(
+        reply.header("retry-after"),
+        Some(seconds),
+        "{:?}",
+        reply.headers
+    );
+    let html = reply.html();
+    assert!(html.contains(text), "{text:?} not in {html}");
+    assert!(reply.cookie("cg_session").is_none(), "no session");
+    assert_dialog_headers(reply);
+}
+
+#[tokio::test]
+async fn five_wrong_passwords_throttle_the_account_from_that_address_until_the_window_passes() {
+    let server = Server::new().await;
+    let email = server.demo.email.clone();
+    for attempt in 1..=5 {
+        let reply = server.try_sign_in(PEER, &email, "wrong").await;
+        assert_eq!(reply.status, 400, "attempt {attempt}: {}", reply.html());
+    }
+    let reply = server.try_sign_in(PEER, &email, "wrong").await;
+    assert_refused_sign_in(&reply, 429, "900", "try again in 15 minutes");
+    // The right password does not get through the lock either, and a
+    // refused attempt does not prolong it.
+    server.clock.advance(time::Duration::minutes(10));
+    let reply = server
+        .try_sign_in(PEER, &email, &server.demo.password)
+        .await;
+    assert_refused_sign_in(&reply, 429, "300", "try again in 5 minutes");
+    server.clock.advance(time::Duration::seconds(299));
+    let reply = server.try_sign_in(PEER, &email, "wrong").await;
+    assert_refused_sign_in(&reply, 429, "1", "try again in 1 second");
+
+    server.clock.advance(time::Duration::seconds(1));
+    let reply = server
+        .try_sign_in(PEER, &email, &server.demo.password)
+        .await;
+    assert_eq!(
+        reply.status,
+        303,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert!(reply.cookie("cg_session").is_some());
+}
+
+#[tokio::test]
+async fn the_owner_signs_in_from_another_address_while_one_address_is_throttled() {
+    let server = Server::new().await;
+    let email = server.demo.email.clone();
+    for _ in 0..30 {
+        server.try_sign_in(PEER, &email, "guess").await;
+    }
+    let reply = server.try_sign_in(PEER, &email, "guess").await;
+    assert_eq!(reply.status, 429);
+    let reply = server
+        .try_sign_in("198.51.100.7:41000", &email, &server.demo.password)
+        .await;
+    assert_eq!(
+        reply.status,
+        303,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+}
+
+#[tokio::test]
+async fn unknown_emails_are_throttled_by_address() {
+    let server = Server::new().await;
+    for n in 0..20 {
+        let reply = server
+            .try_sign_in(PEER, &format!("nobody{n}@example.com"), "guess")
+            .await;
+        assert_eq!(reply.status, 400, "attempt {n}: {}", reply.html());
+    }
+    let reply = server
+        .try_sign_in(PEER, "nobody20@example.com", "guess")
+        .await;
+    assert_refused_sign_in(&reply, 429, "900", "Too many failed sign-in attempts");
+    // Another address is not affected, and IPv6 addresses work the same.
+    let reply = server
+        .try_sign_in("[2001:db8::1]:40000", "nobody20@example.com", "guess")
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.html());
+    server.clock.advance(time::Duration::minutes(15));
+    let reply = server
+        .try_sign_in(PEER, "nobody21@example.com", "guess")
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.html());
+}
+
+/// A server whose password checks take turns on one slot, which the test
+/// can hold, waiting at most 50 ms for it.
+async fn server_with_one_hashing_slot() -> (Server, Arc<tokio::sync::Semaphore>) {
+    let slot = Arc::new(tokio::sync::Semaphore::new(1));
+    let limits = LoginLimits {
+        hashing: HashingLimit::new(slot.clone(), Duration::from_millis(50)),
+        ..LoginLimits::recommended()
+    };
+    let server = Server::with_limits(Stores::in_memory(), &key(), limits).await;
+    (server, slot)
+}
+
+#[tokio::test]
+async fn sign_ins_beyond_the_password_check_bound_are_refused_as_busy_and_not_counted() {
+    let (server, slot) = server_with_one_hashing_slot().await;
+    let email = server.demo.email.clone();
+    let held = slot.clone().try_acquire_owned().expect("the one slot");
+    for _ in 0..8 {
+        let reply = server
+            .try_sign_in(PEER, &email, &server.demo.password)
+            .await;
+        assert_refused_sign_in(&reply, 503, "1", "The service is busy");
+    }
+    drop(held);
+    // The refused attempts were never checked, so they did not count as
+    // failures: five more wrong passwords are still allowed.
+    for attempt in 1..=5 {
+        let reply = server.try_sign_in(PEER, &email, "wrong").await;
+        assert_eq!(reply.status, 400, "attempt {attempt}: {}", reply.html());
+    }
+    let reply = server
+        .try_sign_in("198.51.100.7:41000", &email, &server.demo.password)
+        .await;
+    assert_eq!(
+        reply.status,
+        303,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(
+        slot.available_permits(),
+        1,
+        "every check gave its slot back"
+    );
+}
+
+#[tokio::test]
+async fn a_throttled_sign_in_does_not_wait_for_a_password_check() {
+    let (server, slot) = server_with_one_hashing_slot().await;
+    let email = server.demo.email.clone();
+    for _ in 0..5 {
+        server.try_sign_in(PEER, &email, "wrong").await;
+    }
+    // With the only slot taken, an attempt that reached Argon2 would be
+    // answered 503 busy: 429 shows it was refused before.
+    let _held = slot.clone().try_acquire_owned().expect("the one slot");
+    let reply = server.try_sign_in(PEER, &email, "wrong").await;
+    assert_refused_sign_in(&reply, 429, "900", "Too many failed sign-in attempts");
+}
+
+#[tokio::test]
+async fn a_sign_in_without_the_client_address_is_refused_not_throttled_with_others() {
+    let server = Server::new().await;
+    let query = server.dialog_query("");
+    let page = server.get(&format!("/auth/dialog?{query}"), "").await;
+    let nonce = page.cookie("cg_login").unwrap();
+    let fields = [
+        ("action", "login"),
+        ("query", query.as_str()),
+        ("csrf", &page.hidden("csrf")),
+        ("email", &server.demo.email),
+        ("password", &server.demo.password),
+    ];
+    // Straight to the router, with no ConnectInfo: a wiring mistake of the
+    // host, answered with the service's JSON error.
+    let request = Request::post("/auth/dialog")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("cookie", format!("cg_login={nonce}"))
+        .body(Body::from(form(&fields)))
+        .unwrap();
+    let response = server.router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 500);
 }
 
 // --- the token endpoint and revocation -------------------------------------

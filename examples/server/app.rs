@@ -2,22 +2,30 @@
 //! the core, the dialog's pages with their login sessions, the server key and
 //! the demo data.
 //!
-//! `main.rs` adds the command line, logging, the store and shutdown. The tests
-//! include this file as a module (`#[path = "../examples/server/app.rs"]`), so
-//! they drive exactly the router the server runs.
+//! `main.rs` adds the command line, logging, the store and shutdown, and
+//! `serve.rs` the connections. The tests include this file as a module
+//! (`#[path = "../examples/server/app.rs"]`), so they drive exactly the router
+//! the server runs.
+
+// A path relative to this file, so that the module is found both from
+// main.rs and from the tests that include this file by `#[path]`.
+#[path = "throttle.rs"]
+mod throttle;
 
 use std::convert::Infallible;
 use std::fmt;
 use std::io::{self, Read as _, Write as _};
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
 use std::path::Path;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use argon2::password_hash::SaltString;
-use argon2::{Algorithm, Argon2, Params, PasswordHash, PasswordHasher as _, PasswordVerifier as _};
+use argon2::{Algorithm, Argon2, Block, Params, PasswordHash, PasswordHasher as _, Version};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
@@ -34,9 +42,13 @@ use hmac::{Hmac, Mac as _};
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
+use tokio::sync::Semaphore;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{Any, CorsLayer};
 use tower_http::timeout::TimeoutLayer;
+
+pub use throttle::ThrottleLimits;
+use throttle::{LoginThrottle, Outcome, Throttled};
 
 // ---------------------------------------------------------------------------
 // State and router
@@ -65,6 +77,8 @@ pub struct AppState {
     realm: Arc<str>,
     keys: Arc<PageKeys>,
     passwords: Arc<Passwords>,
+    throttle: Arc<LoginThrottle>,
+    hashing: HashingLimit,
     clock: Arc<dyn Clock>,
     /// Whether cookies get `Secure` (the base URL is https).
     secure_cookies: bool,
@@ -72,12 +86,13 @@ pub struct AppState {
 
 impl AppState {
     /// The state of a server running `gateway`, with the login sessions and
-    /// CSRF tokens keyed from `key`, passwords checked by `passwords`, and
-    /// session expiry read from `clock`.
+    /// CSRF tokens keyed from `key`, passwords checked by `passwords` within
+    /// `limits`, and session expiry and throttling windows read from `clock`.
     pub fn new(
         gateway: Arc<Gateway>,
         key: &ServerKey,
         passwords: Passwords,
+        limits: LoginLimits,
         clock: Arc<dyn Clock>,
     ) -> Self {
         let realm = gateway.config().realm();
@@ -90,6 +105,8 @@ impl AppState {
                 csrf: key.derive(b"dialog csrf"),
             }),
             passwords: Arc::new(passwords),
+            throttle: Arc::new(LoginThrottle::new(limits.throttle)),
+            hashing: limits.hashing,
             clock,
             secure_cookies,
         }
@@ -98,6 +115,12 @@ impl AppState {
 
 /// The whole service of spec.md as an axum router: the dialog's pages, the
 /// token and revocation endpoints, and the three intake routes.
+///
+/// The sign-in form throttles by client address, so the router must be
+/// served with each request's [`ConnectInfo<SocketAddr>`]: `serve.rs` inserts
+/// it, as does `axum::serve` with
+/// `router.into_make_service_with_connect_info::<SocketAddr>()`. Without it,
+/// a sign-in is answered 500 rather than throttled with everyone else's.
 pub fn router(state: AppState) -> Router {
     // COMPAT.md: the real service caps the conversion and batch bodies at
     // 0.2 MB. The core checks the same limit; this one stops a larger body
@@ -562,6 +585,23 @@ enum Notice {
     None,
     WrongPassword,
     SessionExpired,
+    /// Throttled: too many failures (429).
+    TooManyAttempts {
+        retry_after: u64,
+    },
+    /// Every password check slot stayed taken (503).
+    Busy {
+        retry_after: u64,
+    },
+}
+
+/// "3 seconds", "14 minutes": a wait as a person reads it, rounded up.
+fn wait_text(seconds: u64) -> String {
+    match seconds {
+        1 => "1 second".to_owned(),
+        0..=90 => format!("{seconds} seconds"),
+        _ => format!("{} minutes", seconds.div_ceil(60)),
+    }
 }
 
 impl AppState {
@@ -614,15 +654,34 @@ impl AppState {
                         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             })
             .map_or_else(|| random_token(16), str::to_owned);
-        let (status, notice) = match notice {
-            Notice::None => (200, String::new()),
+        let alert = |text: &str| format!(r#"<p class="error" role="alert">{text}</p>"#);
+        let (status, notice, retry_after) = match notice {
+            Notice::None => (200, String::new(), None),
             Notice::WrongPassword => (
                 400,
-                r#"<p class="error" role="alert">The e-mail or the password is wrong. Please try again.</p>"#.to_owned(),
+                alert("The e-mail or the password is wrong. Please try again."),
+                None,
             ),
             Notice::SessionExpired => (
                 400,
-                r#"<p class="error" role="alert">Your sign-in expired. Please sign in again.</p>"#.to_owned(),
+                alert("Your sign-in expired. Please sign in again."),
+                None,
+            ),
+            Notice::TooManyAttempts { retry_after } => (
+                429,
+                alert(&format!(
+                    "Too many failed sign-in attempts. For your account's safety, please try again in {}.",
+                    wait_text(retry_after)
+                )),
+                Some(retry_after),
+            ),
+            Notice::Busy { retry_after } => (
+                503,
+                alert(&format!(
+                    "The service is busy. Please try again in {}.",
+                    wait_text(retry_after)
+                )),
+                Some(retry_after),
             ),
         };
         let body = format!(
@@ -647,6 +706,9 @@ impl AppState {
         let mut response = page(status, "Sign in", &body, None);
         let cookie = self.cookie_header(LOGIN_COOKIE, &nonce, SESSION_SECONDS);
         append_header(&mut response, header::SET_COOKIE, &cookie);
+        if let Some(seconds) = retry_after {
+            append_header(&mut response, header::RETRY_AFTER, &seconds.to_string());
+        }
         response
     }
 
@@ -690,15 +752,43 @@ impl AppState {
         page(200, "Allow access?", &body, Some(&target))
     }
 
-    /// Checks a password in a blocking thread (argon2 is slow on purpose).
-    /// An unknown account is checked against a dummy hash, so the answer's
-    /// timing does not tell which e-mails have accounts.
-    async fn password_matches(&self, account: Option<&Account>, password: String) -> bool {
+    /// Checks a password in a blocking thread (Argon2 is slow on purpose),
+    /// within the [`HashingLimit`]. An unknown account is checked against a
+    /// dummy hash, so the answer's timing does not tell which e-mails have
+    /// accounts.
+    ///
+    /// # Errors
+    /// [`Busy`] when no check could start within the limit's wait.
+    async fn password_matches(
+        &self,
+        account: Option<&Account>,
+        password: &str,
+    ) -> Result<bool, Busy> {
+        let busy = Busy {
+            retry_after: self.hashing.retry_after(),
+        };
+        let permit = self.hashing.permits.clone().acquire_owned();
+        let permit = match tokio::time::timeout(self.hashing.wait, permit).await {
+            Ok(Ok(permit)) => permit,
+            // Waited too long (the semaphore is never closed).
+            Ok(Err(_)) | Err(_) => return Err(busy),
+        };
         let passwords = self.passwords.clone();
         let hash = account.and_then(|account| account.password_hash.clone());
-        tokio::task::spawn_blocking(move || passwords.verify(&password, hash.as_deref()))
-            .await
-            .unwrap_or(false)
+        let password = password.to_owned();
+        let pool = self.hashing.memory.clone();
+        let verified = tokio::task::spawn_blocking(move || {
+            // Held until the hash is computed, even if the request is
+            // dropped meanwhile (a client that hangs up does not free a
+            // slot while its check still runs).
+            let _permit = permit;
+            let take = || pool.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut memory = take().pop().unwrap_or_default();
+            let verified = passwords.verify(&password, hash.as_deref(), &mut memory);
+            take().push(memory);
+            verified
+        });
+        Ok(verified.await.unwrap_or(false))
     }
 }
 
@@ -721,7 +811,12 @@ async fn dialog_page(State(app): State<AppState>, uri: Uri, headers: HeaderMap) 
 /// (`action=consent`, `decision=allow|deny`) and "sign in with another
 /// account" (`action=switch`). Every one carries the dialog query, which is
 /// validated again, and a CSRF token bound to it.
-async fn dialog_form(State(app): State<AppState>, headers: HeaderMap, parts: Parts) -> Response {
+async fn dialog_form(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    parts: Parts,
+) -> Response {
     let is_form = parts.content_type.as_deref().is_some_and(|value| {
         let essence = value.split(';').next().unwrap_or_default().trim();
         essence.eq_ignore_ascii_case("application/x-www-form-urlencoded")
@@ -748,7 +843,7 @@ async fn dialog_form(State(app): State<AppState>, headers: HeaderMap, parts: Par
         Err(error) => return dialog_error(&error),
     };
     match form.action.as_str() {
-        "login" => login(&app, &headers, &request, form).await,
+        "login" => login(&app, &headers, &request, form, peer.ip()).await,
         "consent" | "switch" => {
             let session = match app.session(&headers).await {
                 Ok(Some(session)) => session,
@@ -791,30 +886,43 @@ async fn dialog_form(State(app): State<AppState>, headers: HeaderMap, parts: Par
     }
 }
 
+/// The sign-in form: CSRF check, throttle, then the store and Argon2, in
+/// order of cost, so that a refused attempt costs neither of the last two.
 async fn login(
     app: &AppState,
     headers: &HeaderMap,
     request: &AuthorizationRequest,
     form: DialogForm,
+    peer: IpAddr,
 ) -> Response {
     let nonce = cookie(headers, LOGIN_COOKIE).unwrap_or_default();
     if nonce.is_empty() || !same_token(&app.keys.login_token(nonce, &form.query), &form.csrf) {
         return csrf_refused(&form.query);
     }
+    let page = |notice| app.login_page(headers, request, &form.query, &form.email, notice);
+    let attempt = match app.throttle.admit(&form.email, peer, app.now()) {
+        Ok(attempt) => attempt,
+        Err(Throttled { retry_after }) => return page(Notice::TooManyAttempts { retry_after }),
+    };
     let account = match app.gateway.find_account_by_email(&form.email).await {
         Ok(account) => account,
-        Err(error) => return dialog_error(&DialogError::Store(error)),
+        Err(error) => {
+            app.throttle.settle(attempt, Outcome::Unchecked);
+            return dialog_error(&DialogError::Store(error));
+        }
     };
-    let verified = app.password_matches(account.as_ref(), form.password).await;
+    let verified = match app.password_matches(account.as_ref(), &form.password).await {
+        Ok(verified) => verified,
+        Err(Busy { retry_after }) => {
+            app.throttle.settle(attempt, Outcome::Unchecked);
+            return page(Notice::Busy { retry_after });
+        }
+    };
     let Some(account) = account.filter(|_| verified) else {
-        return app.login_page(
-            headers,
-            request,
-            &form.query,
-            &form.email,
-            Notice::WrongPassword,
-        );
+        app.throttle.settle(attempt, Outcome::Failed);
+        return page(Notice::WrongPassword);
     };
+    app.throttle.settle(attempt, Outcome::Succeeded);
     // Post/redirect/get: reloading the consent screen never resends the
     // password.
     let session = app
@@ -1112,22 +1220,140 @@ impl Passwords {
 
     /// Whether `password` matches `hash` (a PHC string, whose own parameters
     /// are used). With no hash, a dummy one is checked and `false` returned.
-    pub fn verify(&self, password: &str, hash: Option<&str>) -> bool {
-        let matches = |phc: &str| {
-            PasswordHash::new(phc).is_ok_and(|parsed| {
-                self.argon2
-                    .verify_password(password.as_bytes(), &parsed)
-                    .is_ok()
-            })
-        };
+    ///
+    /// Argon2 works in `memory`, grown to the hash's memory cost if it is
+    /// smaller, instead of in a fresh allocation: see [`HashingLimit`].
+    pub fn verify(&self, password: &str, hash: Option<&str>, memory: &mut Vec<Block>) -> bool {
         match hash {
-            Some(hash) => matches(hash),
+            Some(hash) => matches_in(password, hash, memory),
             None => {
-                let _ = matches(&self.dummy);
+                let _ = matches_in(password, &self.dummy, memory);
                 false
             }
         }
     }
+}
+
+/// Whether `password` hashes to the PHC string `phc` under its own algorithm,
+/// version, parameters and salt: what `PasswordVerifier::verify_password`
+/// does, but with Argon2's working memory in `memory`.
+fn matches_in(password: &str, phc: &str, memory: &mut Vec<Block>) -> bool {
+    let Ok(parsed) = PasswordHash::new(phc) else {
+        return false;
+    };
+    let (Some(salt), Some(expected)) = (parsed.salt, parsed.hash) else {
+        return false;
+    };
+    let (Ok(algorithm), Ok(params)) = (
+        Algorithm::try_from(parsed.algorithm),
+        Params::try_from(&parsed),
+    ) else {
+        return false;
+    };
+    let Ok(version) = parsed
+        .version
+        .map_or(Ok(Version::default()), Version::try_from)
+    else {
+        return false;
+    };
+    let mut salt_bytes = [0u8; 64];
+    let Ok(salt) = salt.decode_b64(&mut salt_bytes) else {
+        return false;
+    };
+    if memory.len() < params.block_count() {
+        memory.resize(params.block_count(), Block::default());
+    }
+    // At most 64 bytes: `Output`'s own bound.
+    let mut computed = [0u8; 64];
+    let computed = &mut computed[..expected.len()];
+    Argon2::new(algorithm, version, params)
+        .hash_password_into_with_memory(password.as_bytes(), salt, computed, memory.as_mut_slice())
+        .is_ok()
+        && bool::from(expected.as_bytes().ct_eq(computed))
+}
+
+/// The protections of the sign-in form: the failed-attempt throttle and the
+/// bound on concurrent password checks.
+#[derive(Clone, Debug)]
+pub struct LoginLimits {
+    /// Failed sign-ins allowed per account, address and window.
+    pub throttle: ThrottleLimits,
+    /// Concurrent Argon2 checks.
+    pub hashing: HashingLimit,
+}
+
+impl LoginLimits {
+    /// The defaults: [`ThrottleLimits::default`] and
+    /// [`HashingLimit::per_core`].
+    pub fn recommended() -> Self {
+        Self {
+            throttle: ThrottleLimits::default(),
+            hashing: HashingLimit::per_core(),
+        }
+    }
+}
+
+/// A bound on the password checks running at once, and on their memory.
+///
+/// An Argon2 check at OWASP's parameters takes 19 MiB and a core for its
+/// whole run: unbounded, a flood of concurrent sign-ins for unknown e-mails
+/// took the server to gigabytes. With the bound, a check waits for a slot up
+/// to `wait`, then the sign-in is refused (503, `Retry-After`) rather than
+/// queued without end.
+///
+/// Each slot keeps its 19 MiB of Argon2 memory from one check to the next.
+/// Allocating it per check let the allocator's fragmentation grow the
+/// process to 0.8 GB under a 48-client flood even with two checks at a time;
+/// reused, the memory of checks stays at one array per slot.
+#[derive(Clone)]
+pub struct HashingLimit {
+    permits: Arc<Semaphore>,
+    /// Argon2 working memory, one array per check running (never more
+    /// arrays than permits: one is taken and put back under a permit).
+    memory: Arc<Mutex<Vec<Vec<Block>>>>,
+    wait: Duration,
+}
+
+impl fmt::Debug for HashingLimit {
+    // Not derived: that would print megabytes of Argon2 memory.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HashingLimit")
+            .field("available", &self.permits.available_permits())
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HashingLimit {
+    /// One check per permit of `permits` at a time; a check waits for one at
+    /// most `wait`.
+    pub fn new(permits: Arc<Semaphore>, wait: Duration) -> Self {
+        Self {
+            permits,
+            memory: Arc::default(),
+            wait,
+        }
+    }
+
+    /// One check per core at a time (more would only queue for the CPU, and
+    /// hold their memory meanwhile), each waiting at most 2 seconds.
+    pub fn per_core() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        Self::new(Arc::new(Semaphore::new(cores)), Duration::from_secs(2))
+    }
+
+    /// The `Retry-After` of a refused check: the wait, rounded up to whole
+    /// seconds.
+    fn retry_after(&self) -> u64 {
+        let seconds = self.wait.as_secs() + u64::from(self.wait.subsec_nanos() > 0);
+        seconds.max(1)
+    }
+}
+
+/// No password check could start in time.
+#[derive(Clone, Copy, Debug)]
+struct Busy {
+    retry_after: u64,
 }
 
 // ---------------------------------------------------------------------------
@@ -1423,6 +1649,31 @@ mod tests {
         assert_eq!(cookie(&headers, "cg_session"), Some("y"));
         assert_eq!(cookie(&headers, "other"), Some("2"));
         assert_eq!(cookie(&headers, "cg"), None);
+    }
+
+    #[test]
+    fn passwords_are_verified_in_reused_memory_as_argon2_verifies_them() {
+        use argon2::PasswordVerifier as _;
+        let passwords = Passwords::new(8, 1);
+        let mut memory = Vec::new();
+        let hash = passwords.hash("correct horse");
+        assert!(passwords.verify("correct horse", Some(&hash), &mut memory));
+        assert_eq!(memory.len(), 8, "one block per KiB");
+        assert!(!passwords.verify("correct horsE", Some(&hash), &mut memory));
+        assert!(!passwords.verify("correct horse", None, &mut memory));
+        assert!(!passwords.verify("x", Some("$argon2id$v=19$garbage"), &mut memory));
+        // A hash with other parameters is checked with its own, in memory
+        // grown to fit; the crate's own verifier agrees.
+        let costlier = Passwords::new(32, 2).hash("battery staple");
+        assert!(passwords.verify("battery staple", Some(&costlier), &mut memory));
+        assert_eq!(memory.len(), 32);
+        assert!(passwords.verify("correct horse", Some(&hash), &mut memory));
+        let parsed = PasswordHash::new(&costlier).unwrap();
+        assert!(
+            Argon2::default()
+                .verify_password(b"battery staple", &parsed)
+                .is_ok()
+        );
     }
 
     #[test]

@@ -7,15 +7,20 @@
 //! ```
 //!
 //! This file is the process around the application (`app.rs`): the command
-//! line, logging, the server key, the store, and a graceful shutdown.
+//! line, logging, the server key, the store, the demo credentials file and
+//! the files' permissions; `serve.rs` holds the connections and the graceful
+//! shutdown. `tests/server_process.rs` includes this file by `#[path]`.
 
 mod app;
+pub mod serve;
 
 use std::fmt;
+use std::future::Future;
 use std::io::{self, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use conversion_gateway::{Gateway, GatewayConfig, Stores, SystemClock};
 use tokio::net::TcpListener;
@@ -24,7 +29,8 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use app::{AppState, Passwords, ServerKey, router, seed_demo};
+use app::{AppState, LoginLimits, Passwords, ServerKey, router, seed_demo};
+use serve::{ConnectionLimits, Drained};
 
 const USAGE: &str = "\
 Runs the conversion-gateway service on one address.
@@ -42,9 +48,29 @@ Options:
                            missing. Keep it with the store: stored tokens and
                            secrets are keyed hashes [default: the SQLite path
                            and .key; conversion-gateway.key for PostgreSQL]
-  --demo-credentials PATH  Write the demo app, account and API key as JSON to
-                           PATH (without it, they are printed to the log)
+  --demo-credentials PATH  Where to write the demo app, account and API key,
+                           as JSON readable by its owner only (they are never
+                           logged) [default: the SQLite path and .demo.json;
+                           conversion-gateway.demo.json for the memory and
+                           PostgreSQL stores]
+  --header-timeout SECS    Disconnect a client that takes longer to send a
+                           request's headers, or stays idle longer between
+                           requests [default: 10]
+  --max-connections N      Connections served at once; more wait to be
+                           accepted [default: 512]
+  --shutdown-timeout SECS  On Ctrl-C or SIGTERM, how long the requests in
+                           flight may take to finish before their connections
+                           are closed [default: 30]
   -h, --help               Print this help
+
+Sign-ins are throttled: after 5 failures for one account from one address,
+20 for one account, or 20 from one address within 15 minutes, the sign-in
+form answers 429 until the 15 minutes have passed. At most one password is
+checked per core at a time; a sign-in that waits over 2 s for its turn is
+answered 503.
+
+At start, the server warns about a key file or SQLite database (with its
+-wal and -shm files) that users other than its owner can read or write.
 
 Environment:
   CONVERSION_GATEWAY_KEY   The server key (64 hex digits), when --key-file is
@@ -53,12 +79,14 @@ Environment:
 ";
 
 /// The parsed command line.
-struct Args {
+pub struct Args {
     listen: String,
     base_url: Option<String>,
     store: StoreChoice,
     key_file: Option<PathBuf>,
     demo_credentials: Option<PathBuf>,
+    /// `--header-timeout`, `--max-connections` and `--shutdown-timeout`.
+    pub connections: ConnectionLimits,
 }
 
 /// Where the data lives.
@@ -105,13 +133,14 @@ impl StoreChoice {
 
 impl Args {
     /// The arguments, or `None` for `--help`.
-    fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Self>, String> {
+    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Self>, String> {
         let mut parsed = Args {
             listen: "127.0.0.1:8080".into(),
             base_url: None,
             store: StoreChoice::Sqlite(PathBuf::from("conversion-gateway.db")),
             key_file: None,
             demo_credentials: None,
+            connections: ConnectionLimits::default(),
         };
         while let Some(arg) = args.next() {
             if arg == "-h" || arg == "--help" {
@@ -136,11 +165,52 @@ impl Args {
                 "--store" => parsed.store = StoreChoice::parse(&value()?)?,
                 "--key-file" => parsed.key_file = Some(value()?.into()),
                 "--demo-credentials" => parsed.demo_credentials = Some(value()?.into()),
+                "--header-timeout" => {
+                    parsed.connections.header_timeout = seconds(&flag, &value()?)?;
+                }
+                "--max-connections" => {
+                    parsed.connections.max_connections = positive(&flag, &value()?)?;
+                }
+                "--shutdown-timeout" => {
+                    parsed.connections.shutdown_timeout = seconds(&flag, &value()?)?;
+                }
                 _ => return Err(format!("unknown argument {flag:?}")),
             }
         }
         Ok(Some(parsed))
     }
+
+    /// Where the demo credentials go: `--demo-credentials`, else beside the
+    /// SQLite database, else the working directory.
+    pub fn demo_credentials_path(&self) -> PathBuf {
+        if let Some(path) = &self.demo_credentials {
+            return path.clone();
+        }
+        match &self.store {
+            StoreChoice::Sqlite(database) => {
+                let mut path = database.as_os_str().to_owned();
+                path.push(".demo.json");
+                PathBuf::from(path)
+            }
+            StoreChoice::Memory | StoreChoice::Postgres(_) => {
+                PathBuf::from("conversion-gateway.demo.json")
+            }
+        }
+    }
+}
+
+/// A whole number above zero.
+fn positive(flag: &str, text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(number) if number > 0 => Ok(number),
+        _ => Err(format!("{flag} needs a whole number above 0, not {text:?}")),
+    }
+}
+
+/// A whole number of seconds above zero.
+fn seconds(flag: &str, text: &str) -> Result<Duration, String> {
+    let seconds = positive(flag, text)?;
+    Ok(Duration::from_secs(seconds as u64))
 }
 
 /// A base URL that can be written in a `WWW-Authenticate` realm.
@@ -173,7 +243,7 @@ async fn main() -> ExitCode {
         }
     };
     init_logging();
-    match run(args).await {
+    match run(args, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             tracing::error!("{message}");
@@ -204,10 +274,34 @@ fn init_logging() {
         .init();
 }
 
-async fn run(args: Args) -> Result<(), String> {
+/// The whole life of the server: start, serve until `shutdown` resolves,
+/// drain, close the store.
+async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), String> {
+    start(&args).await?.serve(shutdown).await;
+    Ok(())
+}
+
+/// A server ready to serve: its store open, its demo data seeded and its
+/// listener bound.
+pub struct Started {
+    store: OpenStore,
+    listener: TcpListener,
+    state: AppState,
+    connections: ConnectionLimits,
+}
+
+/// Opens the store, reads the key, binds the listener, seeds the demo data
+/// and writes its credentials file, and warns about exposed files.
+pub async fn start(args: &Args) -> Result<Started, String> {
     // The store first: a key file is only created for a store that opens.
     let store = OpenStore::open(&args.store).await?;
-    let key = server_key(&args)?;
+    let (key, key_path) = server_key(args)?;
+    let mut private_files: Vec<PathBuf> = key_path.into_iter().collect();
+    if let StoreChoice::Sqlite(database) = &args.store {
+        private_files.extend(sqlite_files(database));
+    }
+    warn_if_exposed(&private_files);
+
     let listener = TcpListener::bind(&args.listen)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", args.listen))?;
@@ -229,32 +323,58 @@ async fn run(args: Args) -> Result<(), String> {
     let demo = seed_demo(&gateway, &key, &passwords)
         .await
         .map_err(|error| format!("cannot seed the demo data: {}", describe(&error)))?;
-    match &args.demo_credentials {
-        Some(path) => {
-            write_private(path, &demo.to_json())
-                .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
-            tracing::info!(path = %path.display(), "demo credentials written");
-        }
-        // For a newcomer's first try; the same values on every start.
-        None => tracing::info!(
-            demo = %serde_json::to_string(&demo).unwrap_or_default(),
-            "demo credentials (pass --demo-credentials PATH to write them to a file instead)"
-        ),
-    }
+    // Never to the log: logs are copied, shipped and kept far more widely
+    // than a file only its owner can read. The listener is already bound, so
+    // a client that waits for this file finds the port open.
+    let demo_path = args.demo_credentials_path();
+    write_private(&demo_path, &demo.to_json()).map_err(|error| {
+        format!(
+            "cannot write the demo credentials to {} ({error}); pass --demo-credentials PATH to write them elsewhere",
+            demo_path.display()
+        )
+    })?;
+    tracing::info!(
+        path = %demo_path.display(),
+        "demo credentials written (client id and secret, API key, e-mail and password)"
+    );
 
-    let state = AppState::new(gateway, &key, passwords, Arc::new(SystemClock));
+    let state = AppState::new(
+        gateway,
+        &key,
+        passwords,
+        LoginLimits::recommended(),
+        Arc::new(SystemClock),
+    );
     tracing::info!(%address, %base_url, store = %args.store, "listening");
-    // The listener was bound before the demo file was written, so a client
-    // that waits for the file finds the port open.
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|error| format!("the server failed: {error}"))?;
-    // Every request in flight has been answered: whatever was acknowledged
-    // is in the store. Closing it checkpoints SQLite's write-ahead log.
-    store.close().await;
-    tracing::info!("stopped");
-    Ok(())
+    Ok(Started {
+        store,
+        listener,
+        state,
+        connections: args.connections,
+    })
+}
+
+impl Started {
+    /// Serves until `shutdown` resolves, lets the requests in flight finish
+    /// (up to `--shutdown-timeout`), then closes the store.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let drained = serve::serve(
+            self.listener,
+            router(self.state),
+            self.connections,
+            shutdown,
+        )
+        .await;
+        // No request runs any more: whatever was acknowledged is in the
+        // store. Closing it checkpoints SQLite's write-ahead log.
+        self.store.close().await;
+        match drained {
+            Drained::All => tracing::info!("stopped"),
+            Drained::Cut(connections) => {
+                tracing::warn!(connections, "stopped; some requests were cut off");
+            }
+        }
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM. The server then stops accepting
@@ -284,15 +404,18 @@ async fn shutdown_signal() {
 }
 
 /// The server key: `--key-file`, else `CONVERSION_GATEWAY_KEY`, else the key
-/// file beside the SQLite database (a fresh key for the memory store).
-fn server_key(args: &Args) -> Result<ServerKey, String> {
+/// file beside the SQLite database (a fresh key for the memory store); and
+/// the key file's path, if it came from one.
+fn server_key(args: &Args) -> Result<(ServerKey, Option<PathBuf>), String> {
+    let from_file = |path: &Path| Ok((key_file(path)?, Some(path.to_owned())));
     if let Some(path) = &args.key_file {
-        return key_file(path);
+        return from_file(path);
     }
     match std::env::var("CONVERSION_GATEWAY_KEY") {
         Ok(hex) => {
             tracing::info!("server key: from CONVERSION_GATEWAY_KEY");
             return ServerKey::from_hex(&hex)
+                .map(|key| (key, None))
                 .ok_or_else(|| "CONVERSION_GATEWAY_KEY must be 64 hexadecimal digits".to_owned());
         }
         Err(std::env::VarError::NotUnicode(_)) => {
@@ -303,14 +426,14 @@ fn server_key(args: &Args) -> Result<ServerKey, String> {
     match &args.store {
         StoreChoice::Memory => {
             tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
-            Ok(ServerKey::generate())
+            Ok((ServerKey::generate(), None))
         }
         StoreChoice::Sqlite(database) => {
             let mut path = database.as_os_str().to_owned();
             path.push(".key");
-            key_file(Path::new(&path))
+            from_file(Path::new(&path))
         }
-        StoreChoice::Postgres(_) => key_file(Path::new("conversion-gateway.key")),
+        StoreChoice::Postgres(_) => from_file(Path::new("conversion-gateway.key")),
     }
 }
 
@@ -410,6 +533,53 @@ fn describe(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// The SQLite database and the files SQLite keeps beside it in WAL mode.
+pub fn sqlite_files(database: &Path) -> Vec<PathBuf> {
+    let mut files = vec![database.to_owned()];
+    for suffix in ["-wal", "-shm"] {
+        let mut path = database.as_os_str().to_owned();
+        path.push(suffix);
+        files.push(PathBuf::from(path));
+    }
+    files
+}
+
+/// The permission bits (`0o644`) of the file at `path` if its group or
+/// other users may do anything with it, `None` if not or if there is no
+/// such file (or on a system without Unix permissions).
+pub fn exposed_mode(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then_some(mode)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+/// Warns, naming the file and its mode (never its contents), about each of
+/// `paths` that users other than its owner may read or write: the key file
+/// and the database hold what every token's hash depends on. Returns how
+/// many it warned about.
+pub fn warn_if_exposed(paths: &[PathBuf]) -> usize {
+    let mut warned = 0;
+    for path in paths {
+        if let Some(mode) = exposed_mode(path) {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format_args!("{mode:o}"),
+                "users other than the owner may read or write this file: run chmod 600 on it"
+            );
+            warned += 1;
+        }
+    }
+    warned
 }
 
 /// Writes a file only its owner can read, replacing it atomically (a reader
