@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
+use conversion_gateway::{
+    Account, AuthorizationCode, ClientRegistration, CodeLookup, Gateway, GatewayConfig,
+    ManualClock, OsRandom, RefreshPolicy, SecretHasher, Stores,
+};
 use server::serve::{ConnectionLimits, Drained, serve};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -512,4 +516,107 @@ async fn a_shutdown_closes_what_is_still_open_at_the_deadline() {
         matches!(read, Ok(Ok(0) | Err(_))),
         "the stuck connection is closed unanswered: {read:?}"
     );
+}
+
+// --- refresh policy and purge -------------------------------------------------
+
+#[test]
+fn the_refresh_policy_flag_chooses_the_default_and_refuses_others() {
+    let grace = time::Duration::seconds(30);
+    assert_eq!(args(&[]).refresh_policy, RefreshPolicy::Adaptive { grace });
+    assert_eq!(
+        args(&["--refresh-policy", "rotate"]).refresh_policy,
+        RefreshPolicy::Rotate { grace }
+    );
+    assert_eq!(
+        args(&["--refresh-policy=reuse"]).refresh_policy,
+        RefreshPolicy::Reuse
+    );
+    for bad in [&["--refresh-policy", "strict"][..], &["--refresh-policy"]] {
+        let parsed = server::Args::parse(bad.iter().map(|arg| (*arg).to_owned()));
+        assert!(parsed.is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[tokio::test]
+async fn the_server_runs_with_the_refresh_policy_it_was_given() {
+    let dir = TempDir::new("refresh-policy");
+    let demo = dir.path("demo.json");
+    let args = args(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        "memory",
+        "--refresh-policy",
+        "rotate",
+        "--demo-credentials",
+        demo.to_str().unwrap(),
+    ]);
+    let started = server::start(&args).await.expect("the server starts");
+    assert_eq!(
+        started.gateway().config().refresh_policy,
+        RefreshPolicy::Rotate {
+            grace: time::Duration::seconds(30)
+        }
+    );
+    started.serve(std::future::ready(())).await;
+}
+
+#[tokio::test]
+async fn the_server_purges_expired_records_periodically() {
+    let clock = Arc::new(ManualClock::at_epoch_of_tests());
+    let gateway = Arc::new(
+        Gateway::new(
+            GatewayConfig::new("http://gateway.test"),
+            Stores::in_memory(),
+            SecretHasher::new([3; 32]),
+        )
+        .with_clock(clock.clone()),
+    );
+    // A code that expired long ago, left in the store.
+    let (client, _) = gateway
+        .register_client(ClientRegistration::new("App", ["https://app.example/cb"]))
+        .await
+        .unwrap();
+    let account = Account::new("Acme", "owner@acme.example", &OsRandom);
+    gateway.create_account(&account).await.unwrap();
+    let request = gateway
+        .authorization_request(&format!(
+            "client_id={}&redirect_uri=https%3A%2F%2Fapp.example%2Fcb",
+            client.id
+        ))
+        .await
+        .unwrap();
+    let redirect = gateway.approve(&request, account.id).await.unwrap();
+    let location = redirect.header("location").unwrap().to_owned();
+    let code = form_urlencoded::parse(location.split_once('?').unwrap().1.as_bytes())
+        .find(|(name, _)| name == "code")
+        .map(|(_, code)| code.into_owned())
+        .unwrap();
+    let hash = AuthorizationCode::new(code).hash(&SecretHasher::new([3; 32]));
+    assert!(matches!(
+        gateway.stores().tokens.find_code(&hash).await.unwrap(),
+        CodeLookup::Unused(_)
+    ));
+    clock.advance(time::Duration::days(30));
+
+    let purge = tokio::spawn(server::purge_periodically(
+        gateway.clone(),
+        Duration::from_millis(20),
+    ));
+    // The purge runs at once and then every interval; wait (bounded) for
+    // the code to be gone.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let code = gateway.stores().tokens.find_code(&hash).await.unwrap();
+        if code == CodeLookup::NotFound {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the periodic purge never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    purge.abort();
 }

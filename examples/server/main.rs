@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conversion_gateway::{Gateway, GatewayConfig, Stores, SystemClock};
+use conversion_gateway::{Gateway, GatewayConfig, PurgeReport, RefreshPolicy, Stores, SystemClock};
 use tokio::net::TcpListener;
 use tracing::Level;
 use tracing_subscriber::filter::Targets;
@@ -61,6 +61,13 @@ Options:
   --shutdown-timeout SECS  On Ctrl-C or SIGTERM, how long the requests in
                            flight may take to finish before their connections
                            are closed [default: 30]
+  --refresh-policy POLICY  adaptive | rotate | reuse: what a refresh does to
+                           the refresh token presented. adaptive keeps a
+                           grant's first token valid until its successor is
+                           used (clients that never store a new refresh token
+                           keep working; clients that do get reuse
+                           detection); rotate retires every token at once;
+                           reuse never changes it [default: adaptive]
   -h, --help               Print this help
 
 Sign-ins are throttled: after 5 failures for one account from one address,
@@ -71,6 +78,10 @@ answered 503.
 
 At start, the server warns about a key file or SQLite database (with its
 -wal and -shm files) that users other than its owner can read or write.
+
+Every ten minutes, the server deletes what expired more than 7 days ago:
+authorization codes, access tokens, rotated refresh tokens, the refresh
+tokens of revoked grants and idempotency keys.
 
 Environment:
   CONVERSION_GATEWAY_KEY   The server key (64 hex digits), when --key-file is
@@ -87,6 +98,22 @@ pub struct Args {
     demo_credentials: Option<PathBuf>,
     /// `--header-timeout`, `--max-connections` and `--shutdown-timeout`.
     pub connections: ConnectionLimits,
+    /// `--refresh-policy`: the gateway's default refresh policy.
+    pub refresh_policy: RefreshPolicy,
+}
+
+/// The refresh policy a `--refresh-policy` value names, with the default
+/// grace window of 30 seconds.
+fn refresh_policy(text: &str) -> Result<RefreshPolicy, String> {
+    let grace = RefreshPolicy::default().grace();
+    match text {
+        "adaptive" => Ok(RefreshPolicy::Adaptive { grace }),
+        "rotate" => Ok(RefreshPolicy::Rotate { grace }),
+        "reuse" => Ok(RefreshPolicy::Reuse),
+        _ => Err(format!(
+            "--refresh-policy must be adaptive, rotate or reuse, not {text:?}"
+        )),
+    }
 }
 
 /// Where the data lives.
@@ -141,6 +168,7 @@ impl Args {
             key_file: None,
             demo_credentials: None,
             connections: ConnectionLimits::default(),
+            refresh_policy: RefreshPolicy::default(),
         };
         while let Some(arg) = args.next() {
             if arg == "-h" || arg == "--help" {
@@ -174,6 +202,7 @@ impl Args {
                 "--shutdown-timeout" => {
                     parsed.connections.shutdown_timeout = seconds(&flag, &value()?)?;
                 }
+                "--refresh-policy" => parsed.refresh_policy = refresh_policy(&value()?)?,
                 _ => return Err(format!("unknown argument {flag:?}")),
             }
         }
@@ -287,6 +316,7 @@ pub struct Started {
     store: OpenStore,
     listener: TcpListener,
     state: AppState,
+    gateway: Arc<Gateway>,
     connections: ConnectionLimits,
 }
 
@@ -313,11 +343,9 @@ pub async fn start(args: &Args) -> Result<Started, String> {
         .base_url
         .clone()
         .unwrap_or_else(|| format!("http://{address}"));
-    let gateway = Arc::new(Gateway::new(
-        GatewayConfig::new(base_url.as_str()),
-        store.stores(),
-        key.hasher(),
-    ));
+    let mut config = GatewayConfig::new(base_url.as_str());
+    config.refresh_policy = args.refresh_policy;
+    let gateway = Arc::new(Gateway::new(config, store.stores(), key.hasher()));
 
     let passwords = Passwords::recommended();
     let demo = seed_demo(&gateway, &key, &passwords)
@@ -339,7 +367,7 @@ pub async fn start(args: &Args) -> Result<Started, String> {
     );
 
     let state = AppState::new(
-        gateway,
+        gateway.clone(),
         &key,
         passwords,
         LoginLimits::recommended(),
@@ -350,6 +378,7 @@ pub async fn start(args: &Args) -> Result<Started, String> {
         store,
         listener,
         state,
+        gateway,
         connections: args.connections,
     })
 }
@@ -358,6 +387,7 @@ impl Started {
     /// Serves until `shutdown` resolves, lets the requests in flight finish
     /// (up to `--shutdown-timeout`), then closes the store.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let purge = tokio::spawn(purge_periodically(self.gateway.clone(), PURGE_EVERY));
         let drained = serve::serve(
             self.listener,
             router(self.state),
@@ -366,13 +396,49 @@ impl Started {
         )
         .await;
         // No request runs any more: whatever was acknowledged is in the
-        // store. Closing it checkpoints SQLite's write-ahead log.
+        // store. Closing it checkpoints SQLite's write-ahead log. A purge
+        // cut off here loses nothing: each of its statements is atomic, and
+        // the next start carries on.
+        purge.abort();
         self.store.close().await;
         match drained {
             Drained::All => tracing::info!("stopped"),
             Drained::Cut(connections) => {
                 tracing::warn!(connections, "stopped; some requests were cut off");
             }
+        }
+    }
+}
+
+impl Started {
+    /// The gateway the server serves.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+}
+
+/// How often the server purges what expired beyond the retention.
+const PURGE_EVERY: Duration = Duration::from_secs(600);
+
+/// Deletes what expired beyond the gateway's retention now and then every
+/// `every`, until the task is aborted. A failure is logged and retried at
+/// the next tick: an outage only delays the purge.
+pub async fn purge_periodically(gateway: Arc<Gateway>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match gateway.purge_expired().await {
+            Ok(report) if report == PurgeReport::default() => {}
+            Ok(report) => tracing::info!(
+                tokens = report.tokens,
+                idempotency_claims = report.idempotency_claims,
+                "purged expired records"
+            ),
+            Err(error) => tracing::warn!(
+                error = %describe(&error),
+                "purging expired records failed; trying again at the next interval"
+            ),
         }
     }
 }
