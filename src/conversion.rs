@@ -25,7 +25,7 @@ use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
 use crate::conversion_error::{
-    BadBody, DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,
+    DataType, Detail, ErrorCollector, ErrorType, FieldError, ValidationErrors, ValidationRules,
 };
 use crate::json_path::JsonPath;
 
@@ -90,6 +90,13 @@ pub struct ConversionLimits {
     /// What to do with unknown attributes; default
     /// [`UnknownAttributes::AcceptAndDrop`].
     pub unknown_attributes: UnknownAttributes,
+    /// Most errors listed in one answer (at least 1 is). When more are
+    /// found, the answer lists the first ones and ends with a
+    /// `TOO_MANY_ERRORS` item giving the total
+    /// ([`ErrorType::TooManyErrors`]); errors past the bound are counted, not
+    /// kept, so a body of 18,000 repeated keys answers a few kilobytes rather
+    /// than megabytes. Default 100.
+    pub max_errors: usize,
 }
 
 impl Default for ConversionLimits {
@@ -104,6 +111,7 @@ impl Default for ConversionLimits {
             max_depth: 8,
             max_batch_events: 1000,
             unknown_attributes: UnknownAttributes::AcceptAndDrop,
+            max_errors: 100,
         }
     }
 }
@@ -751,11 +759,12 @@ const CUSTOM_PREFIX: &str = "cf_";
 ///
 /// # Errors
 ///
-/// [`ValidationErrors`] with every problem found, in document order (checks
-/// that need a whole object, such as a missing field, come at its end). A body
-/// longer than [`ConversionLimits::max_body_bytes`] gives a single
-/// `BODY_TOO_LARGE` (status 413) without being parsed; a body that is not JSON,
-/// or not a JSON object, gives a single `BAD_REQUEST` at `$`.
+/// [`ValidationErrors`] with the problems found, in document order (checks
+/// that need a whole object, such as a missing field, come at its end): all of
+/// them up to [`ConversionLimits::max_errors`], then a `TOO_MANY_ERRORS` item
+/// with the total. A body longer than [`ConversionLimits::max_body_bytes`]
+/// gives a single `BODY_TOO_LARGE` (status 413) without being parsed; a body
+/// that is not JSON, or not a JSON object, gives a single `BAD_REQUEST` at `$`.
 pub fn validate_conversion<'a>(
     body: &'a [u8],
     custom_fields: &[&str],
@@ -773,10 +782,10 @@ pub fn validate_conversion<'a>(
     match shape {
         Err(NotJson(at)) => Err(not_json(body, at)),
         Ok(Shaped::Wrong | Shaped::Null) => Err(ValidationErrors::single(FieldError::bad_body(
-            BadBody::ExpectedObject,
+            Detail::ExpectedObject,
         ))),
         Ok(Shaped::Right(())) if ctx.errors.is_empty() => Ok(event),
-        Ok(Shaped::Right(())) => Err(ctx.into_errors()),
+        Ok(Shaped::Right(())) => Err(ctx.errors.finish()),
     }
 }
 
@@ -788,7 +797,9 @@ pub fn validate_conversion<'a>(
 ///
 /// # Errors
 ///
-/// [`ValidationErrors`] with every problem of every event, paths starting with
+/// [`ValidationErrors`] with the problems of every event (up to
+/// [`ConversionLimits::max_errors`] for the whole batch, then a
+/// `TOO_MANY_ERRORS` item), paths starting with
 /// the event's index (`$[3].payload.email`); an event that is not an object is
 /// an `INVALID_DATA_TYPE` at `$[i]`. An empty array is a `CANNOT_BE_EMPTY` at
 /// `$`; more than [`ConversionLimits::max_batch_events`] events is a
@@ -813,10 +824,10 @@ pub fn validate_batch<'a>(
     match outcome {
         Err(NotJson(at)) => Err(not_json(body, at)),
         Ok(None) => Err(ValidationErrors::single(FieldError::bad_body(
-            BadBody::ExpectedArray,
+            Detail::ExpectedArray,
         ))),
         Ok(Some(events)) if ctx.errors.is_empty() => Ok(events),
-        Ok(Some(_)) => Err(ctx.into_errors()),
+        Ok(Some(_)) => Err(ctx.errors.finish()),
     }
 }
 
@@ -842,7 +853,7 @@ fn not_json(body: &[u8], at: usize) -> ValidationErrors {
         .iter()
         .rposition(|b| *b == b'\n')
         .map_or(0, |newline| newline + 1);
-    ValidationErrors::single(FieldError::bad_body(BadBody::Syntax {
+    ValidationErrors::single(FieldError::bad_body(Detail::Syntax {
         line: 1 + prefix.iter().filter(|b| **b == b'\n').count(),
         column: prefix.len() - line_start + 1,
     }))
@@ -856,7 +867,7 @@ fn not_json(body: &[u8], at: usize) -> ValidationErrors {
 struct Ctx<'l> {
     limits: &'l ConversionLimits,
     custom_fields: &'l [&'l str],
-    errors: Vec<FieldError>,
+    errors: ErrorCollector,
     /// Index of the event being validated in a batch.
     event: Option<usize>,
 }
@@ -866,13 +877,9 @@ impl<'l> Ctx<'l> {
         Ctx {
             limits,
             custom_fields,
-            errors: Vec::new(),
+            errors: ErrorCollector::new(limits.max_errors),
             event: None,
         }
-    }
-
-    fn into_errors(self) -> ValidationErrors {
-        ValidationErrors::new(self.errors)
     }
 
     /// The path of the event being validated: `$`, or `$[i]` in a batch.
@@ -909,7 +916,7 @@ impl<'l> Ctx<'l> {
         path: JsonPath<'_>,
         rules: Option<ValidationRules>,
     ) {
-        self.errors.push(FieldError::new(error_type, path, rules));
+        self.errors.push(error_type, path, rules);
     }
 
     fn wrong_type(&mut self, path: JsonPath<'_>, expected: DataType) {
@@ -1764,7 +1771,7 @@ fn read_legal_basis<'a>(
     index: usize,
 ) -> Scan<Option<LegalBasis>> {
     scanner.open(b'{', 4)?;
-    let errors_before = ctx.errors.len();
+    let errors_before = ctx.errors.found();
     let mut seen = [false; 3];
     let mut sent = [false; 3];
     let (mut category, mut kind, mut status) = (None, None, None);
@@ -1807,7 +1814,7 @@ fn read_legal_basis<'a>(
         }
     }
     Ok(match (category, kind) {
-        (Some(category), Some(kind)) if ctx.errors.len() == errors_before => Some(LegalBasis {
+        (Some(category), Some(kind)) if ctx.errors.found() == errors_before => Some(LegalBasis {
             category,
             kind,
             status,
