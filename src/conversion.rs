@@ -14,8 +14,19 @@
 //! again lazily, and the few variable-length lists (legal bases, custom fields,
 //! dropped attribute names) live in inline `SmallVec`s. Errors are compact
 //! values rendered to text only by [`ValidationErrors::to_body`].
+//!
+//! Linear time whatever the body: every set the rules test membership of
+//! (dropped attribute names, tags, the account's custom fields, the custom
+//! fields already sent) is searched linearly only while it is small and is
+//! hashed past that, so no shape of body, however hostile, costs more than a
+//! small constant per byte (`benches/validation.rs` times one body per
+//! shape); errors past [`ConversionLimits::max_errors`] and dropped names past
+//! the first 100 are counted, not kept.
+
+mod membership;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 
 use base64::Engine as _;
@@ -28,6 +39,7 @@ use crate::conversion_error::{
     DataType, Detail, ErrorCollector, ErrorType, FieldError, ValidationErrors, ValidationRules,
 };
 use crate::json_path::JsonPath;
+use membership::{HashedSet, PositionSet, SmallSet};
 
 // ---------------------------------------------------------------------------
 // Limits
@@ -467,7 +479,7 @@ impl Known for BasisKey {
 // ---------------------------------------------------------------------------
 
 /// Where an attribute that was accepted and dropped sat.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Scope {
     Event,
     Payload,
@@ -478,6 +490,33 @@ enum Scope {
 struct Dropped<'a> {
     scope: Scope,
     name: Cow<'a, str>,
+}
+
+/// Most dropped attributes an event lists; the others are only counted.
+const MAX_LISTED_UNKNOWN: usize = 100;
+
+/// The attributes accepted and dropped from one event, once per place: the
+/// first [`MAX_LISTED_UNKNOWN`] listed in document order, all of them counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct DroppedAttributes<'a> {
+    listed: SmallVec<[Dropped<'a>; 4]>,
+    count: usize,
+}
+
+impl<'a> DroppedAttributes<'a> {
+    /// Adds an attribute not dropped before.
+    fn push(&mut self, scope: Scope, name: Cow<'a, str>) {
+        self.count += 1;
+        if self.listed.len() < MAX_LISTED_UNKNOWN {
+            self.listed.push(Dropped { scope, name });
+        }
+    }
+
+    fn lists(&self, scope: Scope, name: &str) -> bool {
+        self.listed
+            .iter()
+            .any(|dropped| dropped.scope == scope && dropped.name == name)
+    }
 }
 
 /// A conversion event that passed [`validate_conversion`], borrowing its
@@ -497,7 +536,7 @@ pub struct ConversionEvent<'a> {
     legal_bases: SmallVec<[LegalBasis; 16]>,
     /// Custom fields as (full key with its `cf_` prefix, value).
     custom: SmallVec<[(Cow<'a, str>, Cow<'a, str>); 8]>,
-    dropped: SmallVec<[Dropped<'a>; 4]>,
+    dropped: DroppedAttributes<'a>,
     traffic_source_is_cookie: bool,
 }
 
@@ -521,7 +560,7 @@ impl<'a> ConversionEvent<'a> {
             legal_bases_present: false,
             legal_bases: SmallVec::new(),
             custom: SmallVec::new(),
-            dropped: SmallVec::new(),
+            dropped: DroppedAttributes::default(),
             traffic_source_is_cookie: false,
         }
     }
@@ -634,8 +673,14 @@ impl<'a> ConversionEvent<'a> {
     /// ([`UnknownAttributes::AcceptAndDrop`]), relative to the event, such as
     /// `$.payload.utm_content` or `$.payload.legal_bases[0].note`; for the host
     /// to report. [`JsonPath::last_key`] gives the bare name.
+    ///
+    /// Each place is listed once, however often its name was repeated, in
+    /// document order; only the first 100 are listed, so that a body of
+    /// thousands of made-up names cannot make the event (or the receipt built
+    /// from it) grow with it: [`ConversionEvent::unknown_attribute_count`]
+    /// gives how many there were.
     pub fn unknown_attributes(&self) -> impl ExactSizeIterator<Item = JsonPath<'_>> + '_ {
-        self.dropped.iter().map(|dropped| {
+        self.dropped.listed.iter().map(|dropped| {
             let name: &str = &dropped.name;
             match dropped.scope {
                 Scope::Event => JsonPath::root().key(name),
@@ -647,6 +692,13 @@ impl<'a> ConversionEvent<'a> {
                     .key(name),
             }
         })
+    }
+
+    /// How many attributes were accepted and dropped, each place counted once:
+    /// at least [`ConversionEvent::unknown_attributes`]'s length, more when
+    /// that list was cut at 100.
+    pub fn unknown_attribute_count(&self) -> usize {
+        self.dropped.count
     }
 
     /// The normalized payload to record: the standard fields sent (without the
@@ -747,6 +799,7 @@ const CUSTOM_PREFIX: &str = "cf_";
 /// a `CONFLICTING_FIELD`; `cf_` fields of the account must be strings; other
 /// attributes follow [`ConversionLimits::unknown_attributes`]; no member may
 /// appear twice in an object; and the bounds of `limits` hold.
+
 ///
 /// An e-mail address is plausible when it is at most 254 bytes long, holds
 /// exactly one `@`, a local part of 1 to 64 bytes before it, a domain after it
@@ -756,6 +809,9 @@ const CUSTOM_PREFIX: &str = "cf_";
 /// The body must be JSON as RFC 8259 defines it, with the limits serde_json
 /// sets: strings hold no lone UTF-16 surrogate escape, numbers fit an `f64`,
 /// and arrays and objects nest at most 127 deep.
+///
+/// The time taken is linear in the length of the body (plus the number of
+/// custom fields of the account) whatever its shape, and the memory used too.
 ///
 /// # Errors
 ///
@@ -863,21 +919,40 @@ fn not_json(body: &[u8], at: usize) -> ValidationErrors {
 // Validation context
 // ---------------------------------------------------------------------------
 
-/// State shared by the readers of one validation.
-struct Ctx<'l> {
+/// Account custom-field lists up to this long are always searched linearly:
+/// a search costs no more than hashing the name would.
+const LINEAR_CUSTOM_FIELDS: usize = 16;
+
+/// Dropped attributes an event may have before their names are hashed
+/// rather than searched.
+const LINEAR_DROPPED: usize = 8;
+
+/// State shared by the readers of one validation; `'a` is the body's.
+struct Ctx<'l, 'a> {
     limits: &'l ConversionLimits,
     custom_fields: &'l [&'l str],
+    /// The position of each name in `custom_fields`, once built; see
+    /// [`Ctx::custom_field_index`].
+    custom_index: Option<HashMap<&'l str, usize>>,
+    /// Names compared by linear searches of `custom_fields` so far.
+    custom_compared: usize,
     errors: ErrorCollector,
+    /// Every attribute dropped from the event being read, once it has more
+    /// than [`LINEAR_DROPPED`]; see [`Ctx::drop_attribute`].
+    dropped_seen: Option<HashedSet<(Scope, Cow<'a, str>)>>,
     /// Index of the event being validated in a batch.
     event: Option<usize>,
 }
 
-impl<'l> Ctx<'l> {
+impl<'l, 'a> Ctx<'l, 'a> {
     fn new(limits: &'l ConversionLimits, custom_fields: &'l [&'l str]) -> Self {
         Ctx {
             limits,
             custom_fields,
+            custom_index: None,
+            custom_compared: 0,
             errors: ErrorCollector::new(limits.max_errors),
+            dropped_seen: None,
             event: None,
         }
     }
@@ -928,9 +1003,30 @@ impl<'l> Ctx<'l> {
     }
 
     /// The position of `name` (without its `cf_` prefix) among the account's
-    /// custom fields.
-    fn custom_field_index(&self, name: &str) -> Option<usize> {
-        self.custom_fields.iter().position(|field| *field == name)
+    /// custom fields (the first, should the account list it twice).
+    fn custom_field_index(&mut self, name: &str) -> Option<usize> {
+        if let Some(index) = &self.custom_index {
+            return index.get(name).copied();
+        }
+        let fields = self.custom_fields;
+        // One linear search per `cf_` member would cost members times fields
+        // (25,000 made-up `cf_` names against 1,000 fields: 25 million
+        // comparisons). Once the searches have compared four times as many
+        // names as the account has, hash them all: a validation then costs at
+        // most five passes over the list plus one lookup per member, and a
+        // typical event with a few custom fields never builds the index.
+        if fields.len() > LINEAR_CUSTOM_FIELDS && self.custom_compared >= 4 * fields.len() {
+            let mut index = HashMap::with_capacity(fields.len());
+            for (position, field) in fields.iter().enumerate() {
+                index.entry(*field).or_insert(position);
+            }
+            let found = index.get(name).copied();
+            self.custom_index = Some(index);
+            return found;
+        }
+        let found = fields.iter().position(|field| *field == name);
+        self.custom_compared += found.map_or(fields.len(), |position| position + 1);
+        found
     }
 
     /// Reports a choice that was sent but is not acceptable; gives the value
@@ -963,13 +1059,13 @@ impl<'l> Ctx<'l> {
     /// Reads the value of an attribute that is neither standard nor custom,
     /// and applies the unknown-attribute policy to it; `depth` is the depth
     /// the value has if it is a container.
-    fn unknown_attribute<'a>(
+    fn unknown_attribute(
         &mut self,
         scanner: &mut Scanner<'a>,
         name: Cow<'a, str>,
         scope: Scope,
         depth: usize,
-        dropped: &mut SmallVec<[Dropped<'a>; 4]>,
+        dropped: &mut DroppedAttributes<'a>,
     ) -> Scan<()> {
         let deepest = scanner.skip_value(depth)?;
         match self.limits.unknown_attributes {
@@ -984,12 +1080,49 @@ impl<'l> Ctx<'l> {
                         self.scope_path(scope, &name),
                         Some(ValidationRules::MaxDepth(max)),
                     );
-                } else if !dropped.iter().any(|d| d.scope == scope && d.name == name) {
-                    dropped.push(Dropped { scope, name });
+                } else {
+                    self.drop_attribute(scope, name, dropped);
                 }
             }
         }
         Ok(())
+    }
+
+    /// Adds a dropped attribute to the event's, unless the same name was
+    /// already dropped from the same object.
+    fn drop_attribute(
+        &mut self,
+        scope: Scope,
+        name: Cow<'a, str>,
+        dropped: &mut DroppedAttributes<'a>,
+    ) {
+        // A search of the list per name made 25,000 distinct names cost 300
+        // million comparisons (0.5 to 1.5 s): past a few names, every one is
+        // hashed instead.
+        if self.dropped_seen.is_none() {
+            if dropped.lists(scope, &name) {
+                return;
+            }
+            if dropped.count < LINEAR_DROPPED {
+                dropped.push(scope, name);
+                return;
+            }
+            // All the names dropped so far are listed (fewer than the list
+            // holds), so the set starts complete.
+            let listed = dropped.listed.iter();
+            let seen = listed.map(|dropped| (dropped.scope, dropped.name.clone()));
+            self.dropped_seen = Some(seen.collect());
+        }
+        let Some(seen) = &mut self.dropped_seen else {
+            return;
+        };
+        if dropped.listed.len() < MAX_LISTED_UNKNOWN {
+            if seen.insert((scope, name.clone())) {
+                dropped.push(scope, name);
+            }
+        } else if seen.insert((scope, name)) {
+            dropped.count += 1;
+        }
     }
 }
 
@@ -1043,18 +1176,14 @@ impl<'a> JsonStr<'a> {
     /// The string itself: borrowed from the body unless it held escapes.
     fn decode(self) -> Cow<'a, str> {
         if self.escaped {
-            Cow::Owned(JsonChars::new(self.contents).collect())
+            // An escape is never shorter than the UTF-8 of what it stands
+            // for: one allocation of the raw length always suffices.
+            let mut decoded = String::with_capacity(self.contents.len());
+            decoded.extend(JsonChars::new(self.contents));
+            Cow::Owned(decoded)
         } else {
             Cow::Borrowed(self.contents)
         }
-    }
-
-    /// Whether both stand for the same string.
-    fn same_as(self, other: Self) -> bool {
-        if !self.escaped && !other.escaped {
-            return self.contents == other.contents;
-        }
-        JsonChars::new(self.contents).eq(JsonChars::new(other.contents))
     }
 }
 
@@ -1266,17 +1395,26 @@ impl<'a> Scanner<'a> {
     fn number(&mut self) -> Scan<()> {
         let start = self.position;
         self.eat(b'-');
+        let integer = self.position;
         match self.peek() {
             Some(b'0') => self.position += 1,
             Some(b'1'..=b'9') => self.digits(),
             _ => return self.fail(),
         }
+        let integer_digits = self.position - integer;
         if self.eat(b'.') {
             self.required_digits()?;
         }
-        if self.eat(b'e') || self.eat(b'E') {
+        let exponent = self.eat(b'e') || self.eat(b'E');
+        if exponent {
             let _sign = self.eat(b'+') || self.eat(b'-');
             self.required_digits()?;
+        }
+        // Without an exponent, a number of at most 308 integer digits is
+        // below 1e308 < f64::MAX: finite, whatever its fraction. Parsing it
+        // to find out took a fifth of the time of a body of `"x":0` members.
+        if !exponent && integer_digits <= MAX_FINITE_INTEGER_DIGITS {
+            return Ok(());
         }
         // serde_json refuses a number that overflows an f64; so do we.
         let finite = self
@@ -1344,6 +1482,10 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// The most integer digits a number without an exponent can have and surely
+/// fit an `f64` (whose largest finite value is about 1.8e308).
+const MAX_FINITE_INTEGER_DIGITS: usize = 308;
+
 /// The position of the first `"`, `\` or control character at or after `at`,
 /// or the end of `bytes`.
 fn find_special(bytes: &[u8], mut at: usize) -> usize {
@@ -1383,9 +1525,11 @@ fn find_special(bytes: &[u8], mut at: usize) -> usize {
 /// Reads one event object (at depth 1) into `event`, its errors into `ctx`.
 fn read_event<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
     event: &mut ConversionEvent<'a>,
 ) -> Scan<Shaped<()>> {
+    // The names dropped from the previous event of a batch are not this one's.
+    ctx.dropped_seen = None;
     match scanner.peek_value() {
         Some(b'{') => scanner.open(b'{', 1)?,
         Some(b'n') => return scanner.literal(b"null").map(|()| Shaped::Null),
@@ -1405,7 +1549,7 @@ fn read_event<'a>(
             Top::EventFamily => &mut seen_family,
             Top::Payload => &mut seen_payload,
         };
-        let path = |ctx: &Ctx<'_>| ctx.event_path().name(top.name());
+        let path = |ctx: &Ctx<'_, 'a>| ctx.event_path().name(top.name());
         if std::mem::replace(seen, true) {
             scanner.skip_value(2)?;
             ctx.report(ErrorType::DuplicateField, path(ctx), None);
@@ -1449,7 +1593,7 @@ fn read_event<'a>(
 /// Reads the `payload` object (at depth 2) into the event.
 fn read_payload<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
     event: &mut ConversionEvent<'a>,
 ) -> Scan<Shaped<()>> {
     match scanner.peek_value() {
@@ -1457,7 +1601,7 @@ fn read_payload<'a>(
         Some(b'n') => return scanner.literal(b"null").map(|()| Shaped::Null),
         _ => return scanner.skip_value(2).map(|_| Shaped::Wrong),
     }
-    let mut custom_seen = 0u64;
+    let mut custom_seen = PositionSet::default();
     let mut seen = 0u32;
     let mut sent = 0u32;
     let mut first = true;
@@ -1533,27 +1677,19 @@ fn read_payload<'a>(
 /// account, or an unknown attribute.
 fn read_other_payload_member<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
     name: Cow<'a, str>,
     event: &mut ConversionEvent<'a>,
-    custom_seen: &mut u64,
+    custom_seen: &mut PositionSet,
 ) -> Scan<()> {
-    let custom = name
-        .strip_prefix(CUSTOM_PREFIX)
-        .and_then(|bare| ctx.custom_field_index(bare));
+    let custom = match name.strip_prefix(CUSTOM_PREFIX) {
+        Some(bare) => ctx.custom_field_index(bare),
+        None => None,
+    };
     let Some(custom) = custom else {
         return ctx.unknown_attribute(scanner, name, Scope::Payload, 3, &mut event.dropped);
     };
-    // The first 64 custom fields of the account are tracked in a bit set;
-    // past them, the kept fields are searched.
-    let repeated = match u32::try_from(custom)
-        .ok()
-        .and_then(|bit| 1u64.checked_shl(bit))
-    {
-        Some(bit) => std::mem::replace(custom_seen, *custom_seen | bit) & bit != 0,
-        None => event.custom.iter().any(|(key, _)| *key == name),
-    };
-    if repeated {
+    if !custom_seen.insert(custom) {
         scanner.skip_value(3)?;
         ctx.report(
             ErrorType::DuplicateField,
@@ -1585,7 +1721,7 @@ fn read_other_payload_member<'a>(
 }
 
 /// Checks a standard string field of the payload.
-fn check_string(ctx: &mut Ctx<'_>, event: &mut ConversionEvent<'_>, field: Field, value: &str) {
+fn check_string(ctx: &mut Ctx<'_, '_>, event: &mut ConversionEvent<'_>, field: Field, value: &str) {
     let max = match field {
         Field::TrafficSource => ctx.limits.max_traffic_source_len,
         _ => ctx.limits.max_string_len,
@@ -1624,7 +1760,7 @@ fn check_string(ctx: &mut Ctx<'_>, event: &mut ConversionEvent<'_>, field: Field
 
 /// Reads `tags` (an array at depth 3); gives its raw text to keep, `None`
 /// for `null` or a value of another type.
-fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_>) -> Scan<Option<&'a str>> {
+fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_, 'a>) -> Scan<Option<&'a str>> {
     match scanner.peek_value() {
         Some(b'[') => {}
         Some(b'n') => return scanner.literal(b"null").map(|()| None),
@@ -1637,10 +1773,9 @@ fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_>) -> Scan<Option<&'
     let start = scanner.position;
     scanner.open(b'[', 3)?;
     let limits = ctx.limits;
-    // The tags seen so far, to test uniqueness without reading them again
-    // (past the first few, the text is read again: only a raised max_tags
-    // gets there).
-    let mut earlier: [Option<JsonStr<'a>>; 16] = [None; 16];
+    // The tags read so far, unescaped: hashed past the first few, so that
+    // even a raised `max_tags` never makes the uniqueness test quadratic.
+    let mut earlier = SmallSet::default();
     let (mut first, mut index) = (true, 0);
     while scanner.next_element(&mut first)? {
         if index >= limits.max_tags {
@@ -1662,36 +1797,19 @@ fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_>) -> Scan<Option<&'
             continue;
         }
         let tag = scanner.string()?;
-        let repeated = match earlier.split_at_mut_checked(index) {
-            Some((before, [slot, ..])) => {
-                *slot = Some(tag);
-                before.iter().flatten().any(|seen| seen.same_as(tag))
-            }
-            _ => RawElements::new(
-                scanner
-                    .text
-                    .get(start..scanner.position)
-                    .unwrap_or_default(),
-            )
-            .take(index)
-            .filter_map(JsonStr::from_element)
-            .any(|seen| seen.same_as(tag)),
-        };
-        let (contents, escaped) = (tag.contents, tag.escaped);
-        let failure = if is_blank_json(contents, escaped) {
+        // Unescaped once (only a tag with escapes allocates), so that each
+        // rule below and each uniqueness comparison reads plain text.
+        let tag = tag.decode();
+        let failure = if is_blank(&tag) {
             Some((ErrorType::CannotBeBlank, None))
-        } else if contents.len() > limits.max_tag_len
-            && JsonChars::new(contents).count() > limits.max_tag_len
-        {
-            // An escape is never shorter than the character it stands for, so
-            // the raw length bounds the character count from above.
+        } else if is_too_long(&tag, limits.max_tag_len) {
             Some((
                 ErrorType::ValueTooLong,
                 Some(ValidationRules::MaxLength(limits.max_tag_len)),
             ))
-        } else if has_uppercase_json(contents, escaped) {
+        } else if has_uppercase(&tag) {
             Some((ErrorType::ValuesMustBeLowercase, None))
-        } else if repeated {
+        } else if !earlier.insert(tag) {
             Some((ErrorType::ValuesMustBeUnique, None))
         } else {
             None
@@ -1704,32 +1822,23 @@ fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_>) -> Scan<Option<&'
     Ok(scanner.text.get(start..scanner.position))
 }
 
-/// Whether raw JSON string contents decode to an empty or whitespace-only string.
-fn is_blank_json(contents: &str, escaped: bool) -> bool {
-    if escaped {
-        JsonChars::new(contents).all(char::is_whitespace)
+/// Whether a string holds an uppercase letter.
+fn has_uppercase(value: &str) -> bool {
+    if value.is_ascii() {
+        value.bytes().any(|b| b.is_ascii_uppercase())
     } else {
-        is_blank(contents)
+        value.chars().any(char::is_uppercase)
     }
 }
 
-/// Whether raw JSON string contents decode to a string with an uppercase letter.
-fn has_uppercase_json(contents: &str, escaped: bool) -> bool {
-    if !escaped && contents.is_ascii() {
-        contents.bytes().any(|b| b.is_ascii_uppercase())
-    } else {
-        JsonChars::new(contents).any(char::is_uppercase)
-    }
-}
-
-fn tag_path(ctx: &Ctx<'_>, index: usize) -> JsonPath<'static> {
+fn tag_path(ctx: &Ctx<'_, '_>, index: usize) -> JsonPath<'static> {
     ctx.field_path(Field::Tags).index(index)
 }
 
 /// Reads `legal_bases` (an array at depth 3) into the event.
 fn read_legal_bases<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
     event: &mut ConversionEvent<'a>,
 ) -> Scan<Shaped<()>> {
     match scanner.peek_value() {
@@ -1766,8 +1875,8 @@ fn read_legal_bases<'a>(
 /// had errors.
 fn read_legal_basis<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
-    dropped: &mut SmallVec<[Dropped<'a>; 4]>,
+    ctx: &mut Ctx<'_, 'a>,
+    dropped: &mut DroppedAttributes<'a>,
     index: usize,
 ) -> Scan<Option<LegalBasis>> {
     scanner.open(b'{', 4)?;
@@ -1784,7 +1893,7 @@ fn read_legal_basis<'a>(
             ctx.unknown_attribute(scanner, name, scope, 5, dropped)?;
             continue;
         };
-        let path = |ctx: &Ctx<'_>| ctx.basis_path(index).name(key.name());
+        let path = |ctx: &Ctx<'_, 'a>| ctx.basis_path(index).name(key.name());
         if std::mem::replace(&mut seen[key as usize], true) {
             scanner.skip_value(5)?;
             ctx.report(ErrorType::DuplicateField, path(ctx), None);
@@ -1826,7 +1935,7 @@ fn read_legal_basis<'a>(
 /// Reads a batch: an array of events; `None` when the body is not an array.
 fn read_batch<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
 ) -> Scan<Option<Vec<ConversionEvent<'a>>>> {
     match scanner.peek_value() {
         Some(b'[') => scanner.open(b'[', 0)?,
@@ -2320,9 +2429,8 @@ mod tests {
         let decoded: String = JsonChars::new(r"na\u00efve \ud83d\ude00 \n\t\/\\\u0041").collect();
         assert_eq!(decoded, "naïve \u{1F600} \n\t/\\A");
         let raw = |text| JsonStr::from_element(text).expect("a string");
-        assert!(raw(r#""\u0061b""#).same_as(raw(r#""ab""#)));
-        assert!(!raw(r#""ab""#).same_as(raw(r#""abc""#)));
-        assert!(raw(r#""ab""#).same_as(raw(r#""ab""#)));
+        assert_eq!(raw(r#""\u0061b""#).decode(), "ab");
+        assert!(matches!(raw(r#""ab""#).decode(), Cow::Borrowed("ab")));
     }
 
     fn scan(text: &str) -> Scan<usize> {
@@ -2419,6 +2527,66 @@ mod tests {
             "abcé€😀 xyz".len()
         );
         assert_eq!(find_special(b"", 0), 0);
+    }
+
+    #[test]
+    fn custom_field_searches_stop_once_they_cost_a_few_passes() {
+        let names: Vec<String> = (0..1000).map(|i| format!("f{i}")).collect();
+        let account: Vec<&str> = names.iter().map(String::as_str).collect();
+        let limits = ConversionLimits::default();
+        let mut ctx = Ctx::new(&limits, &account);
+        // 20,000 lookups of names the account does not have, then real ones:
+        // a linear search each would compare 20 million names.
+        for i in 0..20_000 {
+            assert_eq!(ctx.custom_field_index(&format!("x{i}")), None);
+        }
+        assert!(ctx.custom_index.is_some(), "the names were never indexed");
+        assert!(
+            ctx.custom_compared <= 5 * account.len(),
+            "{} names compared",
+            ctx.custom_compared
+        );
+        assert_eq!(ctx.custom_field_index("f0"), Some(0));
+        assert_eq!(ctx.custom_field_index("f999"), Some(999));
+        // A small account is always searched, never indexed.
+        let small = ["plan", "segment", "plan"];
+        let mut ctx = Ctx::new(&limits, &small);
+        for _ in 0..1000 {
+            assert_eq!(ctx.custom_field_index("plan"), Some(0));
+            assert_eq!(ctx.custom_field_index("nope"), None);
+        }
+        assert!(ctx.custom_index.is_none());
+        // An indexed account named twice keeps the first position.
+        let mut twice = account.clone();
+        twice.push("f5");
+        let mut ctx = Ctx::new(&limits, &twice);
+        for _ in 0..10 {
+            ctx.custom_field_index("nope");
+        }
+        assert!(ctx.custom_index.is_some());
+        assert_eq!(ctx.custom_field_index("f5"), Some(5));
+    }
+
+    #[test]
+    fn dropped_names_are_hashed_past_a_few() {
+        let names: Vec<String> = (0..1000).map(|i| format!("n{i}")).collect();
+        let limits = ConversionLimits::default();
+        let mut ctx = Ctx::new(&limits, &[]);
+        let mut dropped = DroppedAttributes::default();
+        for (i, name) in names.iter().enumerate() {
+            ctx.drop_attribute(Scope::Payload, Cow::Borrowed(name), &mut dropped);
+            assert_eq!(ctx.dropped_seen.is_some(), i >= LINEAR_DROPPED, "{i}");
+            // Again, and in another object: once per place.
+            ctx.drop_attribute(Scope::Payload, Cow::Borrowed(name), &mut dropped);
+        }
+        ctx.drop_attribute(Scope::Event, Cow::Borrowed("n1"), &mut dropped);
+        ctx.drop_attribute(Scope::LegalBasis(0), Cow::Borrowed("n1"), &mut dropped);
+        ctx.drop_attribute(Scope::LegalBasis(1), Cow::Borrowed("n1"), &mut dropped);
+        assert_eq!(dropped.count, 1003);
+        assert_eq!(dropped.listed.len(), MAX_LISTED_UNKNOWN);
+        let listed: Vec<&str> = dropped.listed.iter().map(|d| &*d.name).collect();
+        let first: Vec<&str> = names.iter().take(100).map(String::as_str).collect();
+        assert_eq!(listed, first);
     }
 
     #[test]
