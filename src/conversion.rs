@@ -678,7 +678,9 @@ impl<'a> ConversionEvent<'a> {
     /// document order; only the first 100 are listed, so that a body of
     /// thousands of made-up names cannot make the event (or the receipt built
     /// from it) grow with it: [`ConversionEvent::unknown_attribute_count`]
-    /// gives how many there were.
+    /// gives how many there were. A name holding characters that need it is
+    /// rendered escaped (`$.payload['a\u0000b']`), so a path is always safe
+    /// to log or to send.
     pub fn unknown_attributes(&self) -> impl ExactSizeIterator<Item = JsonPath<'_>> + '_ {
         self.dropped.listed.iter().map(|dropped| {
             let name: &str = &dropped.name;
@@ -799,7 +801,18 @@ const CUSTOM_PREFIX: &str = "cf_";
 /// a `CONFLICTING_FIELD`; `cf_` fields of the account must be strings; other
 /// attributes follow [`ConversionLimits::unknown_attributes`]; no member may
 /// appear twice in an object; and the bounds of `limits` hold.
-
+///
+/// Every string that will be stored (each standard payload string,
+/// `conversion_identifier` and `email` included, each tag, each custom
+/// field's value and name) must be storable by every store alike: it must not
+/// hold U+0000, which PostgreSQL cannot store in `text` or `jsonb`, nor any
+/// other C0 control character but tab, line feed and carriage return (U+0001
+/// to U+001F except U+0009, U+000A, U+000D). Such a character sent as an
+/// escape (`\u0000`, `\b`, `\f`) is an `INVALID_CHARACTERS` error at the
+/// field's path, reported before any other rule of that field; sent raw it is
+/// not JSON (see below). Escaped tabs and line breaks are accepted. The names
+/// of dropped attributes are never stored, so they may hold anything JSON
+/// can; their paths render it escaped.
 ///
 /// An e-mail address is plausible when it is at most 254 bytes long, holds
 /// exactly one `@`, a local part of 1 to 64 bytes before it, a domain after it
@@ -807,8 +820,9 @@ const CUSTOM_PREFIX: &str = "cf_";
 /// control character anywhere (RFC 5321 section 4.5.3.1 gives the lengths).
 ///
 /// The body must be JSON as RFC 8259 defines it, with the limits serde_json
-/// sets: strings hold no lone UTF-16 surrogate escape, numbers fit an `f64`,
-/// and arrays and objects nest at most 127 deep.
+/// sets: strings hold no raw control character and no lone UTF-16 surrogate
+/// escape (`"\ud800"` is refused, never replaced with U+FFFD), numbers fit an
+/// `f64`, and arrays and objects nest at most 127 deep.
 ///
 /// The time taken is linear in the length of the body (plus the number of
 /// custom fields of the account) whatever its shape, and the memory used too.
@@ -1156,20 +1170,24 @@ struct Scanner<'a> {
 }
 
 /// A JSON string as it appears in the body: its contents between the quotes,
-/// escapes left in, and whether it holds any.
+/// escapes left in, whether it holds any, and whether one of them stands for
+/// a control character no stored string may hold (see [`is_refused_control`]).
 #[derive(Clone, Copy, Debug)]
 struct JsonStr<'a> {
     contents: &'a str,
     escaped: bool,
+    refused_control: bool,
 }
 
 impl<'a> JsonStr<'a> {
     /// A raw array element, if it is a string (a slice of checked JSON).
     fn from_element(element: &'a str) -> Option<Self> {
         let contents = string_contents(element)?;
+        let escaped = has_escape(contents);
         Some(JsonStr {
             contents,
-            escaped: has_escape(contents),
+            escaped,
+            refused_control: escaped && JsonChars::new(contents).any(is_refused_control),
         })
     }
 
@@ -1312,7 +1330,7 @@ impl<'a> Scanner<'a> {
     fn string(&mut self) -> Scan<JsonStr<'a>> {
         self.expect(b'"')?;
         let start = self.position;
-        let mut escaped = false;
+        let (mut escaped, mut refused_control) = (false, false);
         loop {
             self.position = find_special(self.bytes(), self.position);
             match self.peek() {
@@ -1321,12 +1339,16 @@ impl<'a> Scanner<'a> {
                         return self.fail();
                     };
                     self.position += 1;
-                    return Ok(JsonStr { contents, escaped });
+                    return Ok(JsonStr {
+                        contents,
+                        escaped,
+                        refused_control,
+                    });
                 }
                 Some(b'\\') => {
                     escaped = true;
                     self.position += 1;
-                    self.escape()?;
+                    refused_control |= self.escape()?;
                 }
                 // RFC 8259 section 7: control characters must be escaped.
                 _ => return self.fail(),
@@ -1334,30 +1356,40 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Reads an escape, its backslash just read.
-    fn escape(&mut self) -> Scan<()> {
+    /// Reads an escape, its backslash just read; gives whether it stands for
+    /// a control character no stored string may hold.
+    ///
+    /// Only an escape can put a control character in a string (a raw one is
+    /// not JSON), so noting it here costs nothing on strings without escapes.
+    fn escape(&mut self) -> Scan<bool> {
         match self.peek() {
-            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+            Some(b'"' | b'\\' | b'/' | b'n' | b'r' | b't') => {
                 self.position += 1;
-                Ok(())
+                Ok(false)
+            }
+            // Backspace and form feed.
+            Some(b'b' | b'f') => {
+                self.position += 1;
+                Ok(true)
             }
             Some(b'u') => {
                 self.position += 1;
                 match self.hex4()? {
                     // RFC 8259 section 7: a character outside the Basic
                     // Multilingual Plane is a pair of surrogate escapes;
-                    // serde_json refuses a lone surrogate in a string, so do we.
+                    // serde_json refuses a lone surrogate in a string, so do we
+                    // (and PostgreSQL's jsonb refuses one too).
                     0xD800..=0xDBFF => {
                         if !(self.eat(b'\\') && self.eat(b'u')) {
                             return self.fail();
                         }
                         match self.hex4()? {
-                            0xDC00..=0xDFFF => Ok(()),
+                            0xDC00..=0xDFFF => Ok(false),
                             _ => self.fail(),
                         }
                     }
                     0xDC00..=0xDFFF => self.fail(),
-                    _ => Ok(()),
+                    unit => Ok(char::from_u32(u32::from(unit)).is_some_and(is_refused_control)),
                 }
             }
             _ => self.fail(),
@@ -1485,6 +1517,13 @@ impl<'a> Scanner<'a> {
 /// The most integer digits a number without an exponent can have and surely
 /// fit an `f64` (whose largest finite value is about 1.8e308).
 const MAX_FINITE_INTEGER_DIGITS: usize = 308;
+
+/// Whether `c` is a control character no stored string may hold: U+0000 to
+/// U+001F except tab, line feed and carriage return. See
+/// [`ErrorType::InvalidCharacters`] for why.
+fn is_refused_control(c: char) -> bool {
+    c < ' ' && !matches!(c, '\t' | '\n' | '\r')
+}
 
 /// The position of the first `"`, `\` or control character at or after `at`,
 /// or the end of `bytes`.
@@ -1635,8 +1674,9 @@ fn read_payload<'a>(
                 Scalar::Null => {}
                 Scalar::Str(value) => {
                     sent |= field.bit();
+                    let refused_control = value.refused_control;
                     let value = value.decode();
-                    check_string(ctx, event, field, &value);
+                    check_string(ctx, event, field, &value, refused_control);
                     if let Some(slot) = event.strings.get_mut(field as usize) {
                         *slot = Some(value);
                     }
@@ -1701,9 +1741,20 @@ fn read_other_payload_member<'a>(
     match scanner.scalar(3)? {
         Scalar::Null => {}
         Scalar::Str(value) => {
+            // The name is stored too, as the payload's key: an account's
+            // field named with a control character is refused like a value
+            // (only an escape can have put one in).
+            let refused_control = value.refused_control
+                || matches!(name, Cow::Owned(_)) && has_refused_control(&name);
             let value = value.decode();
             let max = ctx.limits.max_string_len;
-            if is_too_long(&value, max) {
+            if refused_control {
+                ctx.report(
+                    ErrorType::InvalidCharacters,
+                    ctx.payload_path().key(&*name),
+                    None,
+                );
+            } else if is_too_long(&value, max) {
                 ctx.report(
                     ErrorType::ValueTooLong,
                     ctx.payload_path().key(&*name),
@@ -1720,13 +1771,22 @@ fn read_other_payload_member<'a>(
     Ok(())
 }
 
-/// Checks a standard string field of the payload.
-fn check_string(ctx: &mut Ctx<'_, '_>, event: &mut ConversionEvent<'_>, field: Field, value: &str) {
+/// Checks a standard string field of the payload; `refused_control` tells
+/// whether it held an escaped control character no store may be given.
+fn check_string(
+    ctx: &mut Ctx<'_, '_>,
+    event: &mut ConversionEvent<'_>,
+    field: Field,
+    value: &str,
+    refused_control: bool,
+) {
     let max = match field {
         Field::TrafficSource => ctx.limits.max_traffic_source_len,
         _ => ctx.limits.max_string_len,
     };
-    let failure = if is_too_long(value, max) {
+    let failure = if refused_control {
+        Some((ErrorType::InvalidCharacters, None))
+    } else if is_too_long(value, max) {
         Some((
             ErrorType::ValueTooLong,
             Some(ValidationRules::MaxLength(max)),
@@ -1797,10 +1857,13 @@ fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_, 'a>) -> Scan<Optio
             continue;
         }
         let tag = scanner.string()?;
+        let refused_control = tag.refused_control;
         // Unescaped once (only a tag with escapes allocates), so that each
         // rule below and each uniqueness comparison reads plain text.
         let tag = tag.decode();
-        let failure = if is_blank(&tag) {
+        let failure = if refused_control {
+            Some((ErrorType::InvalidCharacters, None))
+        } else if is_blank(&tag) {
             Some((ErrorType::CannotBeBlank, None))
         } else if is_too_long(&tag, limits.max_tag_len) {
             Some((
@@ -1978,6 +2041,12 @@ fn read_batch<'a>(
 // ---------------------------------------------------------------------------
 // Field rules
 // ---------------------------------------------------------------------------
+
+/// Whether a (decoded) name holds a control character no stored string may
+/// hold; see [`is_refused_control`].
+fn has_refused_control(name: &str) -> bool {
+    name.chars().any(is_refused_control)
+}
 
 /// Whether a string is empty or only whitespace.
 fn is_blank(value: &str) -> bool {
@@ -2527,6 +2596,45 @@ mod tests {
             "abcé€😀 xyz".len()
         );
         assert_eq!(find_special(b"", 0), 0);
+    }
+
+    fn string_of(json: &str) -> JsonStr<'_> {
+        let mut scanner = Scanner::new(json, 0);
+        let string = scanner.string();
+        assert_eq!(scanner.position, json.len(), "{json}");
+        string.unwrap_or_else(|NotJson(at)| panic!("{json}: not JSON at {at}"))
+    }
+
+    #[test]
+    fn escapes_of_refused_controls_are_flagged_as_scanned() {
+        for refused in [
+            r#""\u0000""#,
+            r#""a\u0001""#,
+            r#""\u001f""#,
+            r#""\u001F""#,
+            r#""\u000b""#,
+            r#""\u000C""#,
+            r#""\b""#,
+            r#""x\fy""#,
+            r#""\u0008""#,
+        ] {
+            assert!(string_of(refused).refused_control, "{refused}");
+            let element = JsonStr::from_element(refused).expect("a string");
+            assert!(element.refused_control, "{refused}");
+        }
+        for kept in [
+            r#""plain""#,
+            r#""\t\n\r\u0009\u000a\u000D""#,
+            r#""\u0020\u007f\u0085\u009f\"\\\/""#,
+            r#""\ud83d\ude00""#,
+        ] {
+            assert!(!string_of(kept).refused_control, "{kept}");
+            let element = JsonStr::from_element(kept).expect("a string");
+            assert!(!element.refused_control, "{kept}");
+        }
+        assert!(is_refused_control('\u{0}') && is_refused_control('\u{1f}'));
+        assert!(!is_refused_control('\t') && !is_refused_control(' '));
+        assert!(has_refused_control("a\u{7}b") && !has_refused_control("a\tb"));
     }
 
     #[test]

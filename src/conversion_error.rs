@@ -74,6 +74,20 @@ pub enum ErrorType {
     /// `DUPLICATE_FIELD`: an object names the same member twice, which would
     /// leave it ambiguous which value was validated and which is recorded.
     DuplicateField,
+    /// `INVALID_CHARACTERS`: a string that would be stored (a standard
+    /// payload string, `conversion_identifier` and `email` included, a tag, a
+    /// custom field's value or name) holds a C0 control character other than
+    /// tab, line feed and carriage return: U+0000 to U+001F except U+0009,
+    /// U+000A and U+000D, written as a JSON escape (`\u0000`, `\b`, `\f`).
+    ///
+    /// PostgreSQL's `text` and `jsonb` cannot hold U+0000 at all, so an event
+    /// holding one could be stored by some stores and not by others; the other
+    /// controls are refused with it, as characters no form field sends. Tabs
+    /// and line breaks stay accepted (multi-line addresses). A control
+    /// character written raw is not JSON (RFC 8259 section 7) and makes the
+    /// body a `BAD_REQUEST`, as does a lone UTF-16 surrogate escape
+    /// (`"\ud800"`), which no store can hold either.
+    InvalidCharacters,
     /// `TOO_MANY_ERRORS`: the last item of an answer that lists only the first
     /// [`ConversionLimits::max_errors`](crate::ConversionLimits::max_errors)
     /// of the errors found. Its path is `$`, its rules
@@ -104,6 +118,7 @@ impl ErrorType {
             ErrorType::TooDeeplyNested => "TOO_DEEPLY_NESTED",
             ErrorType::UnknownField => "UNKNOWN_FIELD",
             ErrorType::DuplicateField => "DUPLICATE_FIELD",
+            ErrorType::InvalidCharacters => "INVALID_CHARACTERS",
             ErrorType::TooManyErrors => "TOO_MANY_ERRORS",
         }
     }
@@ -130,6 +145,7 @@ impl ErrorType {
             | ErrorType::TooDeeplyNested
             | ErrorType::UnknownField
             | ErrorType::DuplicateField
+            | ErrorType::InvalidCharacters
             | ErrorType::TooManyErrors => 400,
         }
     }
@@ -346,6 +362,10 @@ impl fmt::Display for FieldError {
                 write!(f, "{field} is not a known field")
             }
             (ErrorType::DuplicateField, _) => write!(f, "{field} appears more than once"),
+            (ErrorType::InvalidCharacters, _) => write!(
+                f,
+                "{field} must not contain control characters other than tab, line feed and carriage return"
+            ),
             (error_type, _) => write!(f, "{field} is invalid ({})", error_type.as_str()),
         }
     }
@@ -653,6 +673,19 @@ mod tests {
         assert_eq!(
             errors.errors()[1].to_string(),
             "the body has 2 errors; the first 1 are listed"
+        );
+    }
+
+    #[test]
+    fn invalid_characters_name_the_field() {
+        let error = FieldError::new(ErrorType::InvalidCharacters, payload("city"), None);
+        assert_eq!(
+            error.to_json(),
+            json!({
+                "error_type": "INVALID_CHARACTERS",
+                "error_message": "city must not contain control characters other than tab, line feed and carriage return",
+                "path": "$.payload.city",
+            })
         );
     }
 
