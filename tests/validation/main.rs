@@ -1,7 +1,8 @@
 //! Conversion-event validation: every rule, every error type, every path shape
-//! (here); and hostile bodies at the size limit, answered in bounded space
-//! (`hostile`).
+//! (here); the characters a stored string may hold (`characters`); and
+//! hostile bodies at the size limit, answered in bounded space (`hostile`).
 
+mod characters;
 mod hostile;
 
 use conversion_gateway::{
