@@ -9,8 +9,16 @@
 //!   (`iter_errors`), the validator compiled once outside the timed loop;
 //! - `ignored_any`: `serde_json::from_slice::<IgnoredAny>`, the syntax-only floor.
 //!
+//! A second group, `hostile_validation`, times the typical event beside one
+//! hostile body per shape (benches/data/hostile.rs: each at the 200 KiB size
+//! limit, built to make a validator work harder than the bytes it reads), as
+//! throughput in bytes per second, so that the cost per byte of each shape
+//! compares with the typical event's in the same run; `ignored_any` on the
+//! same bytes is the syntax-only floor.
+//!
 //! Run with
-//! `cargo bench --bench validation -- --warm-up-time 1 --measurement-time 3`.
+//! `cargo bench --bench validation -- --warm-up-time 1 --measurement-time 3`
+//! (add `hostile` after `--` for the second group alone).
 //!
 //! Times are wall-clock by default. On a machine shared with other work, set
 //! `VALIDATION_BENCH_CPU_TIME=1` to measure the CPU time of the benchmark
@@ -20,9 +28,9 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use conversion_gateway::{ConversionLimits, validate_conversion};
+use conversion_gateway::{ConversionLimits, validate_batch, validate_conversion};
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_main};
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value, json};
 
@@ -280,12 +288,61 @@ fn validation(c: &mut Criterion<BenchTime>) {
     group.finish();
 }
 
+#[path = "data/hostile.rs"]
+mod hostile;
+
+fn hostile_validation(c: &mut Criterion<BenchTime>) {
+    let limits = ConversionLimits::default();
+    let typical = BODIES[1].1;
+    let mut group = c.benchmark_group("hostile_validation");
+    // A hostile body takes milliseconds, not microseconds: ten samples of
+    // equal iteration counts keep the run short and the samples comparable.
+    group.sample_size(10);
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Bytes(typical.len() as u64));
+    group.bench_with_input(
+        BenchmarkId::new("validate", "typical"),
+        typical,
+        |b, body| b.iter(|| validate_conversion(black_box(body), CUSTOM_FIELDS, &limits)),
+    );
+    for shape in hostile::all() {
+        let custom_fields = shape.custom_field_names();
+        let body = shape.body.as_slice();
+        assert!(body.len() <= limits.max_body_bytes, "{}", shape.name);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        match shape.entry {
+            hostile::Entry::Single => {
+                group.bench_with_input(
+                    BenchmarkId::new("validate", shape.name),
+                    body,
+                    |b, body| {
+                        b.iter(|| validate_conversion(black_box(body), &custom_fields, &limits))
+                    },
+                );
+            }
+            hostile::Entry::Batch => {
+                group.bench_with_input(
+                    BenchmarkId::new("validate", shape.name),
+                    body,
+                    |b, body| b.iter(|| validate_batch(black_box(body), &custom_fields, &limits)),
+                );
+            }
+        }
+        group.bench_with_input(
+            BenchmarkId::new("ignored_any", shape.name),
+            body,
+            |b, body| b.iter(|| serde_json::from_slice::<IgnoredAny>(black_box(body))),
+        );
+    }
+    group.finish();
+}
+
 // In a private module: criterion_group! makes a `pub fn` it cannot document.
 mod group {
     criterion::criterion_group! {
         name = benches;
         config = criterion::Criterion::default().with_measurement(super::BenchTime::from_env());
-        targets = super::validation
+        targets = super::validation, super::hostile_validation
     }
 }
 criterion_main!(group::benches);

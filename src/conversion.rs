@@ -14,8 +14,19 @@
 //! again lazily, and the few variable-length lists (legal bases, custom fields,
 //! dropped attribute names) live in inline `SmallVec`s. Errors are compact
 //! values rendered to text only by [`ValidationErrors::to_body`].
+//!
+//! Linear time whatever the body: every set the rules test membership of
+//! (dropped attribute names, tags, the account's custom fields, the custom
+//! fields already sent) is searched linearly only while it is small and is
+//! hashed past that, so no shape of body, however hostile, costs more than a
+//! small constant per byte (`benches/validation.rs` times one body per
+//! shape); errors past [`ConversionLimits::max_errors`] and dropped names past
+//! the first 100 are counted, not kept.
+
+mod membership;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 
 use base64::Engine as _;
@@ -25,9 +36,10 @@ use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
 use crate::conversion_error::{
-    BadBody, DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,
+    DataType, Detail, ErrorCollector, ErrorType, FieldError, ValidationErrors, ValidationRules,
 };
 use crate::json_path::JsonPath;
+use membership::{HashedSet, PositionSet, SmallSet};
 
 // ---------------------------------------------------------------------------
 // Limits
@@ -90,6 +102,13 @@ pub struct ConversionLimits {
     /// What to do with unknown attributes; default
     /// [`UnknownAttributes::AcceptAndDrop`].
     pub unknown_attributes: UnknownAttributes,
+    /// Most errors listed in one answer (at least 1 is). When more are
+    /// found, the answer lists the first ones and ends with a
+    /// `TOO_MANY_ERRORS` item giving the total
+    /// ([`ErrorType::TooManyErrors`]); errors past the bound are counted, not
+    /// kept, so a body of 18,000 repeated keys answers a few kilobytes rather
+    /// than megabytes. Default 100.
+    pub max_errors: usize,
 }
 
 impl Default for ConversionLimits {
@@ -104,6 +123,7 @@ impl Default for ConversionLimits {
             max_depth: 8,
             max_batch_events: 1000,
             unknown_attributes: UnknownAttributes::AcceptAndDrop,
+            max_errors: 100,
         }
     }
 }
@@ -459,7 +479,7 @@ impl Known for BasisKey {
 // ---------------------------------------------------------------------------
 
 /// Where an attribute that was accepted and dropped sat.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Scope {
     Event,
     Payload,
@@ -470,6 +490,33 @@ enum Scope {
 struct Dropped<'a> {
     scope: Scope,
     name: Cow<'a, str>,
+}
+
+/// Most dropped attributes an event lists; the others are only counted.
+const MAX_LISTED_UNKNOWN: usize = 100;
+
+/// The attributes accepted and dropped from one event, once per place: the
+/// first [`MAX_LISTED_UNKNOWN`] listed in document order, all of them counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct DroppedAttributes<'a> {
+    listed: SmallVec<[Dropped<'a>; 4]>,
+    count: usize,
+}
+
+impl<'a> DroppedAttributes<'a> {
+    /// Adds an attribute not dropped before.
+    fn push(&mut self, scope: Scope, name: Cow<'a, str>) {
+        self.count += 1;
+        if self.listed.len() < MAX_LISTED_UNKNOWN {
+            self.listed.push(Dropped { scope, name });
+        }
+    }
+
+    fn lists(&self, scope: Scope, name: &str) -> bool {
+        self.listed
+            .iter()
+            .any(|dropped| dropped.scope == scope && dropped.name == name)
+    }
 }
 
 /// A conversion event that passed [`validate_conversion`], borrowing its
@@ -489,7 +536,7 @@ pub struct ConversionEvent<'a> {
     legal_bases: SmallVec<[LegalBasis; 16]>,
     /// Custom fields as (full key with its `cf_` prefix, value).
     custom: SmallVec<[(Cow<'a, str>, Cow<'a, str>); 8]>,
-    dropped: SmallVec<[Dropped<'a>; 4]>,
+    dropped: DroppedAttributes<'a>,
     traffic_source_is_cookie: bool,
 }
 
@@ -513,7 +560,7 @@ impl<'a> ConversionEvent<'a> {
             legal_bases_present: false,
             legal_bases: SmallVec::new(),
             custom: SmallVec::new(),
-            dropped: SmallVec::new(),
+            dropped: DroppedAttributes::default(),
             traffic_source_is_cookie: false,
         }
     }
@@ -626,8 +673,16 @@ impl<'a> ConversionEvent<'a> {
     /// ([`UnknownAttributes::AcceptAndDrop`]), relative to the event, such as
     /// `$.payload.utm_content` or `$.payload.legal_bases[0].note`; for the host
     /// to report. [`JsonPath::last_key`] gives the bare name.
+    ///
+    /// Each place is listed once, however often its name was repeated, in
+    /// document order; only the first 100 are listed, so that a body of
+    /// thousands of made-up names cannot make the event (or the receipt built
+    /// from it) grow with it: [`ConversionEvent::unknown_attribute_count`]
+    /// gives how many there were. A name holding characters that need it is
+    /// rendered escaped (`$.payload['a\u0000b']`), so a path is always safe
+    /// to log or to send.
     pub fn unknown_attributes(&self) -> impl ExactSizeIterator<Item = JsonPath<'_>> + '_ {
-        self.dropped.iter().map(|dropped| {
+        self.dropped.listed.iter().map(|dropped| {
             let name: &str = &dropped.name;
             match dropped.scope {
                 Scope::Event => JsonPath::root().key(name),
@@ -639,6 +694,13 @@ impl<'a> ConversionEvent<'a> {
                     .key(name),
             }
         })
+    }
+
+    /// How many attributes were accepted and dropped, each place counted once:
+    /// at least [`ConversionEvent::unknown_attributes`]'s length, more when
+    /// that list was cut at 100.
+    pub fn unknown_attribute_count(&self) -> usize {
+        self.dropped.count
     }
 
     /// The normalized payload to record: the standard fields sent (without the
@@ -740,22 +802,39 @@ const CUSTOM_PREFIX: &str = "cf_";
 /// attributes follow [`ConversionLimits::unknown_attributes`]; no member may
 /// appear twice in an object; and the bounds of `limits` hold.
 ///
+/// Every string that will be stored (each standard payload string,
+/// `conversion_identifier` and `email` included, each tag, each custom
+/// field's value and name) must be storable by every store alike: it must not
+/// hold U+0000, which PostgreSQL cannot store in `text` or `jsonb`, nor any
+/// other C0 control character but tab, line feed and carriage return (U+0001
+/// to U+001F except U+0009, U+000A, U+000D). Such a character sent as an
+/// escape (`\u0000`, `\b`, `\f`) is an `INVALID_CHARACTERS` error at the
+/// field's path, reported before any other rule of that field; sent raw it is
+/// not JSON (see below). Escaped tabs and line breaks are accepted. The names
+/// of dropped attributes are never stored, so they may hold anything JSON
+/// can; their paths render it escaped.
+///
 /// An e-mail address is plausible when it is at most 254 bytes long, holds
 /// exactly one `@`, a local part of 1 to 64 bytes before it, a domain after it
 /// made of at least two non-empty dot-separated labels, and no whitespace or
 /// control character anywhere (RFC 5321 section 4.5.3.1 gives the lengths).
 ///
 /// The body must be JSON as RFC 8259 defines it, with the limits serde_json
-/// sets: strings hold no lone UTF-16 surrogate escape, numbers fit an `f64`,
-/// and arrays and objects nest at most 127 deep.
+/// sets: strings hold no raw control character and no lone UTF-16 surrogate
+/// escape (`"\ud800"` is refused, never replaced with U+FFFD), numbers fit an
+/// `f64`, and arrays and objects nest at most 127 deep.
+///
+/// The time taken is linear in the length of the body (plus the number of
+/// custom fields of the account) whatever its shape, and the memory used too.
 ///
 /// # Errors
 ///
-/// [`ValidationErrors`] with every problem found, in document order (checks
-/// that need a whole object, such as a missing field, come at its end). A body
-/// longer than [`ConversionLimits::max_body_bytes`] gives a single
-/// `BODY_TOO_LARGE` (status 413) without being parsed; a body that is not JSON,
-/// or not a JSON object, gives a single `BAD_REQUEST` at `$`.
+/// [`ValidationErrors`] with the problems found, in document order (checks
+/// that need a whole object, such as a missing field, come at its end): all of
+/// them up to [`ConversionLimits::max_errors`], then a `TOO_MANY_ERRORS` item
+/// with the total. A body longer than [`ConversionLimits::max_body_bytes`]
+/// gives a single `BODY_TOO_LARGE` (status 413) without being parsed; a body
+/// that is not JSON, or not a JSON object, gives a single `BAD_REQUEST` at `$`.
 pub fn validate_conversion<'a>(
     body: &'a [u8],
     custom_fields: &[&str],
@@ -773,10 +852,10 @@ pub fn validate_conversion<'a>(
     match shape {
         Err(NotJson(at)) => Err(not_json(body, at)),
         Ok(Shaped::Wrong | Shaped::Null) => Err(ValidationErrors::single(FieldError::bad_body(
-            BadBody::ExpectedObject,
+            Detail::ExpectedObject,
         ))),
         Ok(Shaped::Right(())) if ctx.errors.is_empty() => Ok(event),
-        Ok(Shaped::Right(())) => Err(ctx.into_errors()),
+        Ok(Shaped::Right(())) => Err(ctx.errors.finish()),
     }
 }
 
@@ -788,7 +867,9 @@ pub fn validate_conversion<'a>(
 ///
 /// # Errors
 ///
-/// [`ValidationErrors`] with every problem of every event, paths starting with
+/// [`ValidationErrors`] with the problems of every event (up to
+/// [`ConversionLimits::max_errors`] for the whole batch, then a
+/// `TOO_MANY_ERRORS` item), paths starting with
 /// the event's index (`$[3].payload.email`); an event that is not an object is
 /// an `INVALID_DATA_TYPE` at `$[i]`. An empty array is a `CANNOT_BE_EMPTY` at
 /// `$`; more than [`ConversionLimits::max_batch_events`] events is a
@@ -813,10 +894,10 @@ pub fn validate_batch<'a>(
     match outcome {
         Err(NotJson(at)) => Err(not_json(body, at)),
         Ok(None) => Err(ValidationErrors::single(FieldError::bad_body(
-            BadBody::ExpectedArray,
+            Detail::ExpectedArray,
         ))),
         Ok(Some(events)) if ctx.errors.is_empty() => Ok(events),
-        Ok(Some(_)) => Err(ctx.into_errors()),
+        Ok(Some(_)) => Err(ctx.errors.finish()),
     }
 }
 
@@ -842,7 +923,7 @@ fn not_json(body: &[u8], at: usize) -> ValidationErrors {
         .iter()
         .rposition(|b| *b == b'\n')
         .map_or(0, |newline| newline + 1);
-    ValidationErrors::single(FieldError::bad_body(BadBody::Syntax {
+    ValidationErrors::single(FieldError::bad_body(Detail::Syntax {
         line: 1 + prefix.iter().filter(|b| **b == b'\n').count(),
         column: prefix.len() - line_start + 1,
     }))
@@ -852,27 +933,42 @@ fn not_json(body: &[u8], at: usize) -> ValidationErrors {
 // Validation context
 // ---------------------------------------------------------------------------
 
-/// State shared by the readers of one validation.
-struct Ctx<'l> {
+/// Account custom-field lists up to this long are always searched linearly:
+/// a search costs no more than hashing the name would.
+const LINEAR_CUSTOM_FIELDS: usize = 16;
+
+/// Dropped attributes an event may have before their names are hashed
+/// rather than searched.
+const LINEAR_DROPPED: usize = 8;
+
+/// State shared by the readers of one validation; `'a` is the body's.
+struct Ctx<'l, 'a> {
     limits: &'l ConversionLimits,
     custom_fields: &'l [&'l str],
-    errors: Vec<FieldError>,
+    /// The position of each name in `custom_fields`, once built; see
+    /// [`Ctx::custom_field_index`].
+    custom_index: Option<HashMap<&'l str, usize>>,
+    /// Names compared by linear searches of `custom_fields` so far.
+    custom_compared: usize,
+    errors: ErrorCollector,
+    /// Every attribute dropped from the event being read, once it has more
+    /// than [`LINEAR_DROPPED`]; see [`Ctx::drop_attribute`].
+    dropped_seen: Option<HashedSet<(Scope, Cow<'a, str>)>>,
     /// Index of the event being validated in a batch.
     event: Option<usize>,
 }
 
-impl<'l> Ctx<'l> {
+impl<'l, 'a> Ctx<'l, 'a> {
     fn new(limits: &'l ConversionLimits, custom_fields: &'l [&'l str]) -> Self {
         Ctx {
             limits,
             custom_fields,
-            errors: Vec::new(),
+            custom_index: None,
+            custom_compared: 0,
+            errors: ErrorCollector::new(limits.max_errors),
+            dropped_seen: None,
             event: None,
         }
-    }
-
-    fn into_errors(self) -> ValidationErrors {
-        ValidationErrors::new(self.errors)
     }
 
     /// The path of the event being validated: `$`, or `$[i]` in a batch.
@@ -909,7 +1005,7 @@ impl<'l> Ctx<'l> {
         path: JsonPath<'_>,
         rules: Option<ValidationRules>,
     ) {
-        self.errors.push(FieldError::new(error_type, path, rules));
+        self.errors.push(error_type, path, rules);
     }
 
     fn wrong_type(&mut self, path: JsonPath<'_>, expected: DataType) {
@@ -921,9 +1017,30 @@ impl<'l> Ctx<'l> {
     }
 
     /// The position of `name` (without its `cf_` prefix) among the account's
-    /// custom fields.
-    fn custom_field_index(&self, name: &str) -> Option<usize> {
-        self.custom_fields.iter().position(|field| *field == name)
+    /// custom fields (the first, should the account list it twice).
+    fn custom_field_index(&mut self, name: &str) -> Option<usize> {
+        if let Some(index) = &self.custom_index {
+            return index.get(name).copied();
+        }
+        let fields = self.custom_fields;
+        // One linear search per `cf_` member would cost members times fields
+        // (25,000 made-up `cf_` names against 1,000 fields: 25 million
+        // comparisons). Once the searches have compared four times as many
+        // names as the account has, hash them all: a validation then costs at
+        // most five passes over the list plus one lookup per member, and a
+        // typical event with a few custom fields never builds the index.
+        if fields.len() > LINEAR_CUSTOM_FIELDS && self.custom_compared >= 4 * fields.len() {
+            let mut index = HashMap::with_capacity(fields.len());
+            for (position, field) in fields.iter().enumerate() {
+                index.entry(*field).or_insert(position);
+            }
+            let found = index.get(name).copied();
+            self.custom_index = Some(index);
+            return found;
+        }
+        let found = fields.iter().position(|field| *field == name);
+        self.custom_compared += found.map_or(fields.len(), |position| position + 1);
+        found
     }
 
     /// Reports a choice that was sent but is not acceptable; gives the value
@@ -956,13 +1073,13 @@ impl<'l> Ctx<'l> {
     /// Reads the value of an attribute that is neither standard nor custom,
     /// and applies the unknown-attribute policy to it; `depth` is the depth
     /// the value has if it is a container.
-    fn unknown_attribute<'a>(
+    fn unknown_attribute(
         &mut self,
         scanner: &mut Scanner<'a>,
         name: Cow<'a, str>,
         scope: Scope,
         depth: usize,
-        dropped: &mut SmallVec<[Dropped<'a>; 4]>,
+        dropped: &mut DroppedAttributes<'a>,
     ) -> Scan<()> {
         let deepest = scanner.skip_value(depth)?;
         match self.limits.unknown_attributes {
@@ -977,12 +1094,49 @@ impl<'l> Ctx<'l> {
                         self.scope_path(scope, &name),
                         Some(ValidationRules::MaxDepth(max)),
                     );
-                } else if !dropped.iter().any(|d| d.scope == scope && d.name == name) {
-                    dropped.push(Dropped { scope, name });
+                } else {
+                    self.drop_attribute(scope, name, dropped);
                 }
             }
         }
         Ok(())
+    }
+
+    /// Adds a dropped attribute to the event's, unless the same name was
+    /// already dropped from the same object.
+    fn drop_attribute(
+        &mut self,
+        scope: Scope,
+        name: Cow<'a, str>,
+        dropped: &mut DroppedAttributes<'a>,
+    ) {
+        // A search of the list per name made 25,000 distinct names cost 300
+        // million comparisons (0.5 to 1.5 s): past a few names, every one is
+        // hashed instead.
+        if self.dropped_seen.is_none() {
+            if dropped.lists(scope, &name) {
+                return;
+            }
+            if dropped.count < LINEAR_DROPPED {
+                dropped.push(scope, name);
+                return;
+            }
+            // All the names dropped so far are listed (fewer than the list
+            // holds), so the set starts complete.
+            let listed = dropped.listed.iter();
+            let seen = listed.map(|dropped| (dropped.scope, dropped.name.clone()));
+            self.dropped_seen = Some(seen.collect());
+        }
+        let Some(seen) = &mut self.dropped_seen else {
+            return;
+        };
+        if dropped.listed.len() < MAX_LISTED_UNKNOWN {
+            if seen.insert((scope, name.clone())) {
+                dropped.push(scope, name);
+            }
+        } else if seen.insert((scope, name)) {
+            dropped.count += 1;
+        }
     }
 }
 
@@ -1016,38 +1170,38 @@ struct Scanner<'a> {
 }
 
 /// A JSON string as it appears in the body: its contents between the quotes,
-/// escapes left in, and whether it holds any.
+/// escapes left in, whether it holds any, and whether one of them stands for
+/// a control character no stored string may hold (see [`is_refused_control`]).
 #[derive(Clone, Copy, Debug)]
 struct JsonStr<'a> {
     contents: &'a str,
     escaped: bool,
+    refused_control: bool,
 }
 
 impl<'a> JsonStr<'a> {
     /// A raw array element, if it is a string (a slice of checked JSON).
     fn from_element(element: &'a str) -> Option<Self> {
         let contents = string_contents(element)?;
+        let escaped = has_escape(contents);
         Some(JsonStr {
             contents,
-            escaped: has_escape(contents),
+            escaped,
+            refused_control: escaped && JsonChars::new(contents).any(is_refused_control),
         })
     }
 
     /// The string itself: borrowed from the body unless it held escapes.
     fn decode(self) -> Cow<'a, str> {
         if self.escaped {
-            Cow::Owned(JsonChars::new(self.contents).collect())
+            // An escape is never shorter than the UTF-8 of what it stands
+            // for: one allocation of the raw length always suffices.
+            let mut decoded = String::with_capacity(self.contents.len());
+            decoded.extend(JsonChars::new(self.contents));
+            Cow::Owned(decoded)
         } else {
             Cow::Borrowed(self.contents)
         }
-    }
-
-    /// Whether both stand for the same string.
-    fn same_as(self, other: Self) -> bool {
-        if !self.escaped && !other.escaped {
-            return self.contents == other.contents;
-        }
-        JsonChars::new(self.contents).eq(JsonChars::new(other.contents))
     }
 }
 
@@ -1176,7 +1330,7 @@ impl<'a> Scanner<'a> {
     fn string(&mut self) -> Scan<JsonStr<'a>> {
         self.expect(b'"')?;
         let start = self.position;
-        let mut escaped = false;
+        let (mut escaped, mut refused_control) = (false, false);
         loop {
             self.position = find_special(self.bytes(), self.position);
             match self.peek() {
@@ -1185,12 +1339,16 @@ impl<'a> Scanner<'a> {
                         return self.fail();
                     };
                     self.position += 1;
-                    return Ok(JsonStr { contents, escaped });
+                    return Ok(JsonStr {
+                        contents,
+                        escaped,
+                        refused_control,
+                    });
                 }
                 Some(b'\\') => {
                     escaped = true;
                     self.position += 1;
-                    self.escape()?;
+                    refused_control |= self.escape()?;
                 }
                 // RFC 8259 section 7: control characters must be escaped.
                 _ => return self.fail(),
@@ -1198,30 +1356,40 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Reads an escape, its backslash just read.
-    fn escape(&mut self) -> Scan<()> {
+    /// Reads an escape, its backslash just read; gives whether it stands for
+    /// a control character no stored string may hold.
+    ///
+    /// Only an escape can put a control character in a string (a raw one is
+    /// not JSON), so noting it here costs nothing on strings without escapes.
+    fn escape(&mut self) -> Scan<bool> {
         match self.peek() {
-            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+            Some(b'"' | b'\\' | b'/' | b'n' | b'r' | b't') => {
                 self.position += 1;
-                Ok(())
+                Ok(false)
+            }
+            // Backspace and form feed.
+            Some(b'b' | b'f') => {
+                self.position += 1;
+                Ok(true)
             }
             Some(b'u') => {
                 self.position += 1;
                 match self.hex4()? {
                     // RFC 8259 section 7: a character outside the Basic
                     // Multilingual Plane is a pair of surrogate escapes;
-                    // serde_json refuses a lone surrogate in a string, so do we.
+                    // serde_json refuses a lone surrogate in a string, so do we
+                    // (and PostgreSQL's jsonb refuses one too).
                     0xD800..=0xDBFF => {
                         if !(self.eat(b'\\') && self.eat(b'u')) {
                             return self.fail();
                         }
                         match self.hex4()? {
-                            0xDC00..=0xDFFF => Ok(()),
+                            0xDC00..=0xDFFF => Ok(false),
                             _ => self.fail(),
                         }
                     }
                     0xDC00..=0xDFFF => self.fail(),
-                    _ => Ok(()),
+                    unit => Ok(char::from_u32(u32::from(unit)).is_some_and(is_refused_control)),
                 }
             }
             _ => self.fail(),
@@ -1259,17 +1427,26 @@ impl<'a> Scanner<'a> {
     fn number(&mut self) -> Scan<()> {
         let start = self.position;
         self.eat(b'-');
+        let integer = self.position;
         match self.peek() {
             Some(b'0') => self.position += 1,
             Some(b'1'..=b'9') => self.digits(),
             _ => return self.fail(),
         }
+        let integer_digits = self.position - integer;
         if self.eat(b'.') {
             self.required_digits()?;
         }
-        if self.eat(b'e') || self.eat(b'E') {
+        let exponent = self.eat(b'e') || self.eat(b'E');
+        if exponent {
             let _sign = self.eat(b'+') || self.eat(b'-');
             self.required_digits()?;
+        }
+        // Without an exponent, a number of at most 308 integer digits is
+        // below 1e308 < f64::MAX: finite, whatever its fraction. Parsing it
+        // to find out took a fifth of the time of a body of `"x":0` members.
+        if !exponent && integer_digits <= MAX_FINITE_INTEGER_DIGITS {
+            return Ok(());
         }
         // serde_json refuses a number that overflows an f64; so do we.
         let finite = self
@@ -1337,6 +1514,17 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// The most integer digits a number without an exponent can have and surely
+/// fit an `f64` (whose largest finite value is about 1.8e308).
+const MAX_FINITE_INTEGER_DIGITS: usize = 308;
+
+/// Whether `c` is a control character no stored string may hold: U+0000 to
+/// U+001F except tab, line feed and carriage return. See
+/// [`ErrorType::InvalidCharacters`] for why.
+fn is_refused_control(c: char) -> bool {
+    c < ' ' && !matches!(c, '\t' | '\n' | '\r')
+}
+
 /// The position of the first `"`, `\` or control character at or after `at`,
 /// or the end of `bytes`.
 fn find_special(bytes: &[u8], mut at: usize) -> usize {
@@ -1376,9 +1564,11 @@ fn find_special(bytes: &[u8], mut at: usize) -> usize {
 /// Reads one event object (at depth 1) into `event`, its errors into `ctx`.
 fn read_event<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
     event: &mut ConversionEvent<'a>,
 ) -> Scan<Shaped<()>> {
+    // The names dropped from the previous event of a batch are not this one's.
+    ctx.dropped_seen = None;
     match scanner.peek_value() {
         Some(b'{') => scanner.open(b'{', 1)?,
         Some(b'n') => return scanner.literal(b"null").map(|()| Shaped::Null),
@@ -1398,7 +1588,7 @@ fn read_event<'a>(
             Top::EventFamily => &mut seen_family,
             Top::Payload => &mut seen_payload,
         };
-        let path = |ctx: &Ctx<'_>| ctx.event_path().name(top.name());
+        let path = |ctx: &Ctx<'_, 'a>| ctx.event_path().name(top.name());
         if std::mem::replace(seen, true) {
             scanner.skip_value(2)?;
             ctx.report(ErrorType::DuplicateField, path(ctx), None);
@@ -1442,7 +1632,7 @@ fn read_event<'a>(
 /// Reads the `payload` object (at depth 2) into the event.
 fn read_payload<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
     event: &mut ConversionEvent<'a>,
 ) -> Scan<Shaped<()>> {
     match scanner.peek_value() {
@@ -1450,7 +1640,7 @@ fn read_payload<'a>(
         Some(b'n') => return scanner.literal(b"null").map(|()| Shaped::Null),
         _ => return scanner.skip_value(2).map(|_| Shaped::Wrong),
     }
-    let mut custom_seen = 0u64;
+    let mut custom_seen = PositionSet::default();
     let mut seen = 0u32;
     let mut sent = 0u32;
     let mut first = true;
@@ -1484,8 +1674,9 @@ fn read_payload<'a>(
                 Scalar::Null => {}
                 Scalar::Str(value) => {
                     sent |= field.bit();
+                    let refused_control = value.refused_control;
                     let value = value.decode();
-                    check_string(ctx, event, field, &value);
+                    check_string(ctx, event, field, &value, refused_control);
                     if let Some(slot) = event.strings.get_mut(field as usize) {
                         *slot = Some(value);
                     }
@@ -1526,27 +1717,19 @@ fn read_payload<'a>(
 /// account, or an unknown attribute.
 fn read_other_payload_member<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
     name: Cow<'a, str>,
     event: &mut ConversionEvent<'a>,
-    custom_seen: &mut u64,
+    custom_seen: &mut PositionSet,
 ) -> Scan<()> {
-    let custom = name
-        .strip_prefix(CUSTOM_PREFIX)
-        .and_then(|bare| ctx.custom_field_index(bare));
+    let custom = match name.strip_prefix(CUSTOM_PREFIX) {
+        Some(bare) => ctx.custom_field_index(bare),
+        None => None,
+    };
     let Some(custom) = custom else {
         return ctx.unknown_attribute(scanner, name, Scope::Payload, 3, &mut event.dropped);
     };
-    // The first 64 custom fields of the account are tracked in a bit set;
-    // past them, the kept fields are searched.
-    let repeated = match u32::try_from(custom)
-        .ok()
-        .and_then(|bit| 1u64.checked_shl(bit))
-    {
-        Some(bit) => std::mem::replace(custom_seen, *custom_seen | bit) & bit != 0,
-        None => event.custom.iter().any(|(key, _)| *key == name),
-    };
-    if repeated {
+    if !custom_seen.insert(custom) {
         scanner.skip_value(3)?;
         ctx.report(
             ErrorType::DuplicateField,
@@ -1558,9 +1741,20 @@ fn read_other_payload_member<'a>(
     match scanner.scalar(3)? {
         Scalar::Null => {}
         Scalar::Str(value) => {
+            // The name is stored too, as the payload's key: an account's
+            // field named with a control character is refused like a value
+            // (only an escape can have put one in).
+            let refused_control = value.refused_control
+                || matches!(name, Cow::Owned(_)) && has_refused_control(&name);
             let value = value.decode();
             let max = ctx.limits.max_string_len;
-            if is_too_long(&value, max) {
+            if refused_control {
+                ctx.report(
+                    ErrorType::InvalidCharacters,
+                    ctx.payload_path().key(&*name),
+                    None,
+                );
+            } else if is_too_long(&value, max) {
                 ctx.report(
                     ErrorType::ValueTooLong,
                     ctx.payload_path().key(&*name),
@@ -1577,13 +1771,22 @@ fn read_other_payload_member<'a>(
     Ok(())
 }
 
-/// Checks a standard string field of the payload.
-fn check_string(ctx: &mut Ctx<'_>, event: &mut ConversionEvent<'_>, field: Field, value: &str) {
+/// Checks a standard string field of the payload; `refused_control` tells
+/// whether it held an escaped control character no store may be given.
+fn check_string(
+    ctx: &mut Ctx<'_, '_>,
+    event: &mut ConversionEvent<'_>,
+    field: Field,
+    value: &str,
+    refused_control: bool,
+) {
     let max = match field {
         Field::TrafficSource => ctx.limits.max_traffic_source_len,
         _ => ctx.limits.max_string_len,
     };
-    let failure = if is_too_long(value, max) {
+    let failure = if refused_control {
+        Some((ErrorType::InvalidCharacters, None))
+    } else if is_too_long(value, max) {
         Some((
             ErrorType::ValueTooLong,
             Some(ValidationRules::MaxLength(max)),
@@ -1617,7 +1820,7 @@ fn check_string(ctx: &mut Ctx<'_>, event: &mut ConversionEvent<'_>, field: Field
 
 /// Reads `tags` (an array at depth 3); gives its raw text to keep, `None`
 /// for `null` or a value of another type.
-fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_>) -> Scan<Option<&'a str>> {
+fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_, 'a>) -> Scan<Option<&'a str>> {
     match scanner.peek_value() {
         Some(b'[') => {}
         Some(b'n') => return scanner.literal(b"null").map(|()| None),
@@ -1630,10 +1833,9 @@ fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_>) -> Scan<Option<&'
     let start = scanner.position;
     scanner.open(b'[', 3)?;
     let limits = ctx.limits;
-    // The tags seen so far, to test uniqueness without reading them again
-    // (past the first few, the text is read again: only a raised max_tags
-    // gets there).
-    let mut earlier: [Option<JsonStr<'a>>; 16] = [None; 16];
+    // The tags read so far, unescaped: hashed past the first few, so that
+    // even a raised `max_tags` never makes the uniqueness test quadratic.
+    let mut earlier = SmallSet::default();
     let (mut first, mut index) = (true, 0);
     while scanner.next_element(&mut first)? {
         if index >= limits.max_tags {
@@ -1655,36 +1857,22 @@ fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_>) -> Scan<Option<&'
             continue;
         }
         let tag = scanner.string()?;
-        let repeated = match earlier.split_at_mut_checked(index) {
-            Some((before, [slot, ..])) => {
-                *slot = Some(tag);
-                before.iter().flatten().any(|seen| seen.same_as(tag))
-            }
-            _ => RawElements::new(
-                scanner
-                    .text
-                    .get(start..scanner.position)
-                    .unwrap_or_default(),
-            )
-            .take(index)
-            .filter_map(JsonStr::from_element)
-            .any(|seen| seen.same_as(tag)),
-        };
-        let (contents, escaped) = (tag.contents, tag.escaped);
-        let failure = if is_blank_json(contents, escaped) {
+        let refused_control = tag.refused_control;
+        // Unescaped once (only a tag with escapes allocates), so that each
+        // rule below and each uniqueness comparison reads plain text.
+        let tag = tag.decode();
+        let failure = if refused_control {
+            Some((ErrorType::InvalidCharacters, None))
+        } else if is_blank(&tag) {
             Some((ErrorType::CannotBeBlank, None))
-        } else if contents.len() > limits.max_tag_len
-            && JsonChars::new(contents).count() > limits.max_tag_len
-        {
-            // An escape is never shorter than the character it stands for, so
-            // the raw length bounds the character count from above.
+        } else if is_too_long(&tag, limits.max_tag_len) {
             Some((
                 ErrorType::ValueTooLong,
                 Some(ValidationRules::MaxLength(limits.max_tag_len)),
             ))
-        } else if has_uppercase_json(contents, escaped) {
+        } else if has_uppercase(&tag) {
             Some((ErrorType::ValuesMustBeLowercase, None))
-        } else if repeated {
+        } else if !earlier.insert(tag) {
             Some((ErrorType::ValuesMustBeUnique, None))
         } else {
             None
@@ -1697,32 +1885,23 @@ fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_>) -> Scan<Option<&'
     Ok(scanner.text.get(start..scanner.position))
 }
 
-/// Whether raw JSON string contents decode to an empty or whitespace-only string.
-fn is_blank_json(contents: &str, escaped: bool) -> bool {
-    if escaped {
-        JsonChars::new(contents).all(char::is_whitespace)
+/// Whether a string holds an uppercase letter.
+fn has_uppercase(value: &str) -> bool {
+    if value.is_ascii() {
+        value.bytes().any(|b| b.is_ascii_uppercase())
     } else {
-        is_blank(contents)
+        value.chars().any(char::is_uppercase)
     }
 }
 
-/// Whether raw JSON string contents decode to a string with an uppercase letter.
-fn has_uppercase_json(contents: &str, escaped: bool) -> bool {
-    if !escaped && contents.is_ascii() {
-        contents.bytes().any(|b| b.is_ascii_uppercase())
-    } else {
-        JsonChars::new(contents).any(char::is_uppercase)
-    }
-}
-
-fn tag_path(ctx: &Ctx<'_>, index: usize) -> JsonPath<'static> {
+fn tag_path(ctx: &Ctx<'_, '_>, index: usize) -> JsonPath<'static> {
     ctx.field_path(Field::Tags).index(index)
 }
 
 /// Reads `legal_bases` (an array at depth 3) into the event.
 fn read_legal_bases<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
     event: &mut ConversionEvent<'a>,
 ) -> Scan<Shaped<()>> {
     match scanner.peek_value() {
@@ -1759,12 +1938,12 @@ fn read_legal_bases<'a>(
 /// had errors.
 fn read_legal_basis<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
-    dropped: &mut SmallVec<[Dropped<'a>; 4]>,
+    ctx: &mut Ctx<'_, 'a>,
+    dropped: &mut DroppedAttributes<'a>,
     index: usize,
 ) -> Scan<Option<LegalBasis>> {
     scanner.open(b'{', 4)?;
-    let errors_before = ctx.errors.len();
+    let errors_before = ctx.errors.found();
     let mut seen = [false; 3];
     let mut sent = [false; 3];
     let (mut category, mut kind, mut status) = (None, None, None);
@@ -1777,7 +1956,7 @@ fn read_legal_basis<'a>(
             ctx.unknown_attribute(scanner, name, scope, 5, dropped)?;
             continue;
         };
-        let path = |ctx: &Ctx<'_>| ctx.basis_path(index).name(key.name());
+        let path = |ctx: &Ctx<'_, 'a>| ctx.basis_path(index).name(key.name());
         if std::mem::replace(&mut seen[key as usize], true) {
             scanner.skip_value(5)?;
             ctx.report(ErrorType::DuplicateField, path(ctx), None);
@@ -1807,7 +1986,7 @@ fn read_legal_basis<'a>(
         }
     }
     Ok(match (category, kind) {
-        (Some(category), Some(kind)) if ctx.errors.len() == errors_before => Some(LegalBasis {
+        (Some(category), Some(kind)) if ctx.errors.found() == errors_before => Some(LegalBasis {
             category,
             kind,
             status,
@@ -1819,7 +1998,7 @@ fn read_legal_basis<'a>(
 /// Reads a batch: an array of events; `None` when the body is not an array.
 fn read_batch<'a>(
     scanner: &mut Scanner<'a>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, 'a>,
 ) -> Scan<Option<Vec<ConversionEvent<'a>>>> {
     match scanner.peek_value() {
         Some(b'[') => scanner.open(b'[', 0)?,
@@ -1862,6 +2041,12 @@ fn read_batch<'a>(
 // ---------------------------------------------------------------------------
 // Field rules
 // ---------------------------------------------------------------------------
+
+/// Whether a (decoded) name holds a control character no stored string may
+/// hold; see [`is_refused_control`].
+fn has_refused_control(name: &str) -> bool {
+    name.chars().any(is_refused_control)
+}
 
 /// Whether a string is empty or only whitespace.
 fn is_blank(value: &str) -> bool {
@@ -2313,9 +2498,8 @@ mod tests {
         let decoded: String = JsonChars::new(r"na\u00efve \ud83d\ude00 \n\t\/\\\u0041").collect();
         assert_eq!(decoded, "naïve \u{1F600} \n\t/\\A");
         let raw = |text| JsonStr::from_element(text).expect("a string");
-        assert!(raw(r#""\u0061b""#).same_as(raw(r#""ab""#)));
-        assert!(!raw(r#""ab""#).same_as(raw(r#""abc""#)));
-        assert!(raw(r#""ab""#).same_as(raw(r#""ab""#)));
+        assert_eq!(raw(r#""\u0061b""#).decode(), "ab");
+        assert!(matches!(raw(r#""ab""#).decode(), Cow::Borrowed("ab")));
     }
 
     fn scan(text: &str) -> Scan<usize> {
@@ -2412,6 +2596,105 @@ mod tests {
             "abcé€😀 xyz".len()
         );
         assert_eq!(find_special(b"", 0), 0);
+    }
+
+    fn string_of(json: &str) -> JsonStr<'_> {
+        let mut scanner = Scanner::new(json, 0);
+        let string = scanner.string();
+        assert_eq!(scanner.position, json.len(), "{json}");
+        string.unwrap_or_else(|NotJson(at)| panic!("{json}: not JSON at {at}"))
+    }
+
+    #[test]
+    fn escapes_of_refused_controls_are_flagged_as_scanned() {
+        for refused in [
+            r#""\u0000""#,
+            r#""a\u0001""#,
+            r#""\u001f""#,
+            r#""\u001F""#,
+            r#""\u000b""#,
+            r#""\u000C""#,
+            r#""\b""#,
+            r#""x\fy""#,
+            r#""\u0008""#,
+        ] {
+            assert!(string_of(refused).refused_control, "{refused}");
+            let element = JsonStr::from_element(refused).expect("a string");
+            assert!(element.refused_control, "{refused}");
+        }
+        for kept in [
+            r#""plain""#,
+            r#""\t\n\r\u0009\u000a\u000D""#,
+            r#""\u0020\u007f\u0085\u009f\"\\\/""#,
+            r#""\ud83d\ude00""#,
+        ] {
+            assert!(!string_of(kept).refused_control, "{kept}");
+            let element = JsonStr::from_element(kept).expect("a string");
+            assert!(!element.refused_control, "{kept}");
+        }
+        assert!(is_refused_control('\u{0}') && is_refused_control('\u{1f}'));
+        assert!(!is_refused_control('\t') && !is_refused_control(' '));
+        assert!(has_refused_control("a\u{7}b") && !has_refused_control("a\tb"));
+    }
+
+    #[test]
+    fn custom_field_searches_stop_once_they_cost_a_few_passes() {
+        let names: Vec<String> = (0..1000).map(|i| format!("f{i}")).collect();
+        let account: Vec<&str> = names.iter().map(String::as_str).collect();
+        let limits = ConversionLimits::default();
+        let mut ctx = Ctx::new(&limits, &account);
+        // 20,000 lookups of names the account does not have, then real ones:
+        // a linear search each would compare 20 million names.
+        for i in 0..20_000 {
+            assert_eq!(ctx.custom_field_index(&format!("x{i}")), None);
+        }
+        assert!(ctx.custom_index.is_some(), "the names were never indexed");
+        assert!(
+            ctx.custom_compared <= 5 * account.len(),
+            "{} names compared",
+            ctx.custom_compared
+        );
+        assert_eq!(ctx.custom_field_index("f0"), Some(0));
+        assert_eq!(ctx.custom_field_index("f999"), Some(999));
+        // A small account is always searched, never indexed.
+        let small = ["plan", "segment", "plan"];
+        let mut ctx = Ctx::new(&limits, &small);
+        for _ in 0..1000 {
+            assert_eq!(ctx.custom_field_index("plan"), Some(0));
+            assert_eq!(ctx.custom_field_index("nope"), None);
+        }
+        assert!(ctx.custom_index.is_none());
+        // An indexed account named twice keeps the first position.
+        let mut twice = account.clone();
+        twice.push("f5");
+        let mut ctx = Ctx::new(&limits, &twice);
+        for _ in 0..10 {
+            ctx.custom_field_index("nope");
+        }
+        assert!(ctx.custom_index.is_some());
+        assert_eq!(ctx.custom_field_index("f5"), Some(5));
+    }
+
+    #[test]
+    fn dropped_names_are_hashed_past_a_few() {
+        let names: Vec<String> = (0..1000).map(|i| format!("n{i}")).collect();
+        let limits = ConversionLimits::default();
+        let mut ctx = Ctx::new(&limits, &[]);
+        let mut dropped = DroppedAttributes::default();
+        for (i, name) in names.iter().enumerate() {
+            ctx.drop_attribute(Scope::Payload, Cow::Borrowed(name), &mut dropped);
+            assert_eq!(ctx.dropped_seen.is_some(), i >= LINEAR_DROPPED, "{i}");
+            // Again, and in another object: once per place.
+            ctx.drop_attribute(Scope::Payload, Cow::Borrowed(name), &mut dropped);
+        }
+        ctx.drop_attribute(Scope::Event, Cow::Borrowed("n1"), &mut dropped);
+        ctx.drop_attribute(Scope::LegalBasis(0), Cow::Borrowed("n1"), &mut dropped);
+        ctx.drop_attribute(Scope::LegalBasis(1), Cow::Borrowed("n1"), &mut dropped);
+        assert_eq!(dropped.count, 1003);
+        assert_eq!(dropped.listed.len(), MAX_LISTED_UNKNOWN);
+        let listed: Vec<&str> = dropped.listed.iter().map(|d| &*d.name).collect();
+        let first: Vec<&str> = names.iter().take(100).map(String::as_str).collect();
+        assert_eq!(listed, first);
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! Errors stay compact while they are collected (an enum, a path of static or
 //! borrowed names, a rule as an enum) and become strings only in
 //! [`ValidationErrors::to_body`], so that an invalid event costs about one
-//! allocation per error rather than several.
+//! allocation per error rather than several. At most
+//! [`ConversionLimits::max_errors`](crate::ConversionLimits::max_errors) are
+//! kept; past them the errors are only counted, so that neither the memory of
+//! a validation nor the size of its answer grows with a hostile body.
 
 use std::fmt;
 
@@ -18,6 +21,9 @@ use crate::json_path::JsonPath;
 /// `INVALID_OPTION`, `INVALID_EMAIL_FORMAT`, `VALUES_MUST_BE_LOWERCASE`,
 /// `VALUES_MUST_BE_UNIQUE`, `CONFLICTING_FIELD`); the others are this crate's
 /// and are documented on each variant.
+///
+/// Every kind is answered with status 400 but [`ErrorType::BodyTooLarge`]
+/// (413); see [`ErrorType::http_status`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorType {
@@ -68,6 +74,27 @@ pub enum ErrorType {
     /// `DUPLICATE_FIELD`: an object names the same member twice, which would
     /// leave it ambiguous which value was validated and which is recorded.
     DuplicateField,
+    /// `INVALID_CHARACTERS`: a string that would be stored (a standard
+    /// payload string, `conversion_identifier` and `email` included, a tag, a
+    /// custom field's value or name) holds a C0 control character other than
+    /// tab, line feed and carriage return: U+0000 to U+001F except U+0009,
+    /// U+000A and U+000D, written as a JSON escape (`\u0000`, `\b`, `\f`).
+    ///
+    /// PostgreSQL's `text` and `jsonb` cannot hold U+0000 at all, so an event
+    /// holding one could be stored by some stores and not by others; the other
+    /// controls are refused with it, as characters no form field sends. Tabs
+    /// and line breaks stay accepted (multi-line addresses). A control
+    /// character written raw is not JSON (RFC 8259 section 7) and makes the
+    /// body a `BAD_REQUEST`, as does a lone UTF-16 surrogate escape
+    /// (`"\ud800"`), which no store can hold either.
+    InvalidCharacters,
+    /// `TOO_MANY_ERRORS`: the last item of an answer that lists only the first
+    /// [`ConversionLimits::max_errors`](crate::ConversionLimits::max_errors)
+    /// of the errors found. Its path is `$`, its rules
+    /// `{"max_errors": N}` (the number listed before it), and its message
+    /// gives the total found: `the body has 18606 errors; the first 100 are
+    /// listed`; [`ValidationErrors::found`] gives it as a number.
+    TooManyErrors,
 }
 
 impl ErrorType {
@@ -91,6 +118,8 @@ impl ErrorType {
             ErrorType::TooDeeplyNested => "TOO_DEEPLY_NESTED",
             ErrorType::UnknownField => "UNKNOWN_FIELD",
             ErrorType::DuplicateField => "DUPLICATE_FIELD",
+            ErrorType::InvalidCharacters => "INVALID_CHARACTERS",
+            ErrorType::TooManyErrors => "TOO_MANY_ERRORS",
         }
     }
 
@@ -115,7 +144,9 @@ impl ErrorType {
             | ErrorType::TooManyItems
             | ErrorType::TooDeeplyNested
             | ErrorType::UnknownField
-            | ErrorType::DuplicateField => 400,
+            | ErrorType::DuplicateField
+            | ErrorType::InvalidCharacters
+            | ErrorType::TooManyErrors => 400,
         }
     }
 }
@@ -179,6 +210,8 @@ pub enum ValidationRules {
     Format(&'static str),
     /// `{"conflicts_with": "..."}`: the field whose value forbids this one.
     ConflictsWith(&'static str),
+    /// `{"max_errors": N}`: the most errors listed in one answer.
+    MaxErrors(usize),
 }
 
 impl ValidationRules {
@@ -193,19 +226,23 @@ impl ValidationRules {
             ValidationRules::MaxBytes(max) => json!({ "max_bytes": max }),
             ValidationRules::Format(format) => json!({ "format": format }),
             ValidationRules::ConflictsWith(field) => json!({ "conflicts_with": field }),
+            ValidationRules::MaxErrors(max) => json!({ "max_errors": max }),
         }
     }
 }
 
-/// Why a body was a `BAD_REQUEST`, for the message only.
+/// What an error about the whole body says beyond its type, for the message
+/// only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum BadBody {
+pub(crate) enum Detail {
     /// Not JSON; the 1-based line and column (in bytes) of the first problem.
     Syntax { line: usize, column: usize },
     /// JSON, but not an object.
     ExpectedObject,
     /// JSON, but not an array (batch).
     ExpectedArray,
+    /// More errors were found than listed: how many in all.
+    ErrorCount { found: usize },
 }
 
 /// One problem found in a conversion event: what, where, and the rule broken.
@@ -218,7 +255,7 @@ pub struct FieldError {
     error_type: ErrorType,
     path: JsonPath<'static>,
     rules: Option<ValidationRules>,
-    bad_body: Option<BadBody>,
+    detail: Option<Detail>,
 }
 
 impl FieldError {
@@ -231,16 +268,27 @@ impl FieldError {
             error_type,
             path: path.into_owned(),
             rules,
-            bad_body: None,
+            detail: None,
         }
     }
 
-    pub(crate) fn bad_body(bad_body: BadBody) -> Self {
+    /// A `BAD_REQUEST` about the whole body.
+    pub(crate) fn bad_body(detail: Detail) -> Self {
         FieldError {
             error_type: ErrorType::BadRequest,
             path: JsonPath::root(),
             rules: None,
-            bad_body: Some(bad_body),
+            detail: Some(detail),
+        }
+    }
+
+    /// The `TOO_MANY_ERRORS` item that ends a list cut at `max` errors.
+    fn too_many(max: usize, found: usize) -> Self {
+        FieldError {
+            error_type: ErrorType::TooManyErrors,
+            path: JsonPath::root(),
+            rules: Some(ValidationRules::MaxErrors(max)),
+            detail: Some(Detail::ErrorCount { found }),
         }
     }
 
@@ -314,6 +362,10 @@ impl fmt::Display for FieldError {
                 write!(f, "{field} is not a known field")
             }
             (ErrorType::DuplicateField, _) => write!(f, "{field} appears more than once"),
+            (ErrorType::InvalidCharacters, _) => write!(
+                f,
+                "{field} must not contain control characters other than tab, line feed and carriage return"
+            ),
             (error_type, _) => write!(f, "{field} is invalid ({})", error_type.as_str()),
         }
     }
@@ -327,15 +379,20 @@ impl FieldError {
         } else {
             "the event"
         };
-        match (self.error_type, self.bad_body, self.rules) {
-            (_, Some(BadBody::Syntax { line, column }), _) => write!(
+        match (self.error_type, self.detail, self.rules) {
+            (_, Some(Detail::Syntax { line, column }), _) => write!(
                 f,
                 "the body is not valid JSON (line {line}, column {column})"
             ),
-            (_, Some(BadBody::ExpectedObject), _) => f.write_str("the body must be a JSON object"),
-            (_, Some(BadBody::ExpectedArray), _) => {
+            (_, Some(Detail::ExpectedObject), _) => f.write_str("the body must be a JSON object"),
+            (_, Some(Detail::ExpectedArray), _) => {
                 f.write_str("the body must be a JSON array of events")
             }
+            (
+                ErrorType::TooManyErrors,
+                Some(Detail::ErrorCount { found }),
+                Some(ValidationRules::MaxErrors(max)),
+            ) => write!(f, "the body has {found} errors; the first {max} are listed"),
             (ErrorType::BodyTooLarge, _, Some(ValidationRules::MaxBytes(max))) => {
                 write!(f, "the body is larger than {max} bytes")
             }
@@ -355,28 +412,96 @@ impl FieldError {
 
 impl std::error::Error for FieldError {}
 
-/// Every problem found in a conversion event (or a batch): never empty.
+/// The problems found in a conversion event (or a batch): never empty, and
+/// bounded.
+///
+/// The first [`ConversionLimits::max_errors`](crate::ConversionLimits::max_errors)
+/// problems found (100 by default) are listed; when more were found, the list
+/// ends with one more item, an [`ErrorType::TooManyErrors`] at `$` that gives
+/// the total (see there for its shape), and [`ValidationErrors::found`] says
+/// how many there were.
 ///
 /// Answer it with [`ValidationErrors::status`] and [`ValidationErrors::to_body`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the conversion event is invalid: {}", summary(.errors))]
+#[error("the conversion event is invalid: {}", summary(.errors, *.found))]
 pub struct ValidationErrors {
     errors: Vec<FieldError>,
+    found: usize,
 }
 
-fn summary(errors: &[FieldError]) -> String {
-    match errors {
-        [] => "no error recorded".to_owned(),
-        [only] => only.to_string(),
-        [first, rest @ ..] => format!("{first} (and {} more)", rest.len()),
+fn summary(errors: &[FieldError], found: usize) -> String {
+    match errors.first() {
+        None => "no error recorded".to_owned(),
+        Some(only) if found <= 1 => only.to_string(),
+        Some(first) => format!("{first} (and {} more)", found - 1),
+    }
+}
+
+/// Errors as the validator finds them: the first `max` kept, the others only
+/// counted, so that a body holding thousands of errors costs no more memory
+/// than one holding `max`.
+#[derive(Debug)]
+pub(crate) struct ErrorCollector {
+    kept: Vec<FieldError>,
+    found: usize,
+    max: usize,
+}
+
+impl ErrorCollector {
+    /// An empty collector keeping at most `max` errors (at least one).
+    pub(crate) fn new(max: usize) -> Self {
+        ErrorCollector {
+            kept: Vec::new(),
+            found: 0,
+            max: max.max(1),
+        }
+    }
+
+    /// How many errors were found so far, kept or not.
+    pub(crate) fn found(&self) -> usize {
+        self.found
+    }
+
+    /// Whether no error was found.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.found == 0
+    }
+
+    /// Counts an error, and keeps it while fewer than `max` are kept. The
+    /// path is detached from the body (which may allocate) only when kept.
+    pub(crate) fn push(
+        &mut self,
+        error_type: ErrorType,
+        path: JsonPath<'_>,
+        rules: Option<ValidationRules>,
+    ) {
+        self.found += 1;
+        if self.kept.len() < self.max {
+            self.kept.push(FieldError::new(error_type, path, rules));
+        }
+    }
+
+    /// The errors found, ended by a `TOO_MANY_ERRORS` item when some were
+    /// not kept.
+    pub(crate) fn finish(mut self) -> ValidationErrors {
+        if self.found > self.kept.len() {
+            self.kept.push(FieldError::too_many(self.max, self.found));
+        }
+        ValidationErrors {
+            errors: self.kept,
+            found: self.found,
+        }
     }
 }
 
 impl ValidationErrors {
-    /// Wraps a non-empty list of errors; the validator never builds an empty one.
+    /// Wraps a non-empty list of errors, all of those found.
     pub(crate) fn new(errors: Vec<FieldError>) -> Self {
         debug_assert!(!errors.is_empty(), "validation errors must not be empty");
-        ValidationErrors { errors }
+        ValidationErrors {
+            found: errors.len(),
+            errors,
+        }
     }
 
     pub(crate) fn single(error: FieldError) -> Self {
@@ -395,13 +520,22 @@ impl ValidationErrors {
         ))
     }
 
-    /// The errors, in the order they were found (document order, with the
-    /// checks that need a whole object, such as missing fields, at its end).
+    /// The errors as answered, in the order they were found (document order,
+    /// with the checks that need a whole object, such as missing fields, at
+    /// its end): the first `max_errors` found, then, if more were found, one
+    /// [`ErrorType::TooManyErrors`] item.
     pub fn errors(&self) -> &[FieldError] {
         &self.errors
     }
 
-    /// Consumes the list, giving the errors.
+    /// How many problems were found, those left out of the list included (the
+    /// `TOO_MANY_ERRORS` item is not one of them).
+    pub fn found(&self) -> usize {
+        self.found
+    }
+
+    /// Consumes the list, giving the errors as [`ValidationErrors::errors`]
+    /// lists them.
     pub fn into_errors(self) -> Vec<FieldError> {
         self.errors
     }
@@ -417,7 +551,8 @@ impl ValidationErrors {
 
     /// The response body:
     /// `{"errors": [{"error_type", "error_message", "path", "validation_rules"?}, ...]}`,
-    /// `validation_rules` being left out when the error has none.
+    /// `validation_rules` being left out when the error has none; at most
+    /// `max_errors` items and a `TOO_MANY_ERRORS` one.
     pub fn to_body(&self) -> Value {
         json!({ "errors": self.errors.iter().map(FieldError::to_json).collect::<Vec<_>>() })
     }
@@ -484,10 +619,73 @@ mod tests {
             Some(ValidationRules::DataType(DataType::String)),
         );
         assert_eq!(error.to_string(), "tags[2] must be a string");
-        let bad = FieldError::bad_body(BadBody::Syntax { line: 1, column: 7 });
+        let bad = FieldError::bad_body(Detail::Syntax { line: 1, column: 7 });
         assert_eq!(
             bad.to_string(),
             "the body is not valid JSON (line 1, column 7)"
+        );
+    }
+
+    fn collected(max: usize, count: usize) -> ValidationErrors {
+        let mut collector = ErrorCollector::new(max);
+        for _ in 0..count {
+            collector.push(ErrorType::DuplicateField, payload("name"), None);
+        }
+        collector.finish()
+    }
+
+    #[test]
+    fn a_collector_keeps_exactly_max_errors_without_a_summary() {
+        let errors = collected(3, 3);
+        assert_eq!(errors.found(), 3);
+        let types: Vec<_> = errors.errors().iter().map(FieldError::error_type).collect();
+        assert_eq!(types, [ErrorType::DuplicateField; 3]);
+    }
+
+    #[test]
+    fn a_collector_past_max_ends_with_the_count() {
+        let errors = collected(3, 4);
+        assert_eq!(errors.found(), 4);
+        assert_eq!(errors.errors().len(), 4, "{}", errors.to_body());
+        assert_eq!(
+            errors.errors()[3].to_json(),
+            json!({
+                "error_type": "TOO_MANY_ERRORS",
+                "error_message": "the body has 4 errors; the first 3 are listed",
+                "path": "$",
+                "validation_rules": { "max_errors": 3 },
+            })
+        );
+        assert_eq!(errors.status(), 400);
+        assert_eq!(
+            errors.to_string(),
+            "the conversion event is invalid: name appears more than once (and 3 more)"
+        );
+        let many = collected(3, 10_000);
+        assert_eq!(many.errors().len(), 4, "{}", many.to_body());
+        assert_eq!(many.found(), 10_000);
+    }
+
+    #[test]
+    fn a_collector_keeps_at_least_one_error() {
+        let errors = collected(0, 2);
+        assert_eq!(errors.errors()[0].error_type(), ErrorType::DuplicateField);
+        assert_eq!(
+            errors.errors()[1].to_string(),
+            "the body has 2 errors; the first 1 are listed"
+        );
+    }
+
+    #[test]
+    fn invalid_characters_name_the_field() {
+        let error = FieldError::new(ErrorType::InvalidCharacters, payload("city"), None);
+        assert_eq!(
+            error.to_json(),
+            json!({
+                "error_type": "INVALID_CHARACTERS",
+                "error_message": "city must not contain control characters other than tab, line feed and carriage return",
+                "path": "$.payload.city",
+            })
         );
     }
 

@@ -68,6 +68,16 @@ fn any_text() -> impl Strategy<Value = String> {
     prop::collection::vec(any::<char>(), 0..24).prop_map(String::from_iter)
 }
 
+/// Any short string a valid event may hold in a stored field: every
+/// character but the C0 controls other than tab, line feed and carriage
+/// return, which the validator refuses (`INVALID_CHARACTERS`).
+fn storable_text() -> impl Strategy<Value = String> {
+    let storable = any::<char>().prop_filter("a refused control character", |c| {
+        *c >= ' ' || matches!(c, '\t' | '\n' | '\r')
+    });
+    prop::collection::vec(storable, 0..24).prop_map(String::from_iter)
+}
+
 fn any_key() -> BoxedStrategy<String> {
     prop_oneof![
         3 => prop::sample::select(KNOWN_NAMES).prop_map(str::to_owned),
@@ -187,7 +197,7 @@ prop_compose! {
     fn valid_payload()(
         conversion_identifier in "[a-z0-9][a-z0-9 _-]{0,30}",
         email in "[a-z0-9._%+-]{1,20}@[a-z0-9-]{1,10}(\\.[a-z]{2,6}){1,2}",
-        texts in prop::collection::vec(prop::option::of(any_text()), 14),
+        texts in prop::collection::vec(prop::option::of(storable_text()), 14),
         client_tracking_id in some_text("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
         utm in prop::collection::vec(some_text("utm-[a-z0-9 _-]{0,16}"), 4),
         cookie in prop::option::of(prop::collection::btree_map("[a-z_]{1,8}", any_text(), 0..4)),
@@ -195,7 +205,7 @@ prop_compose! {
         tags in prop::option::of(prop::collection::btree_set("[a-z0-9][a-z0-9 é-]{0,11}", 0..8)),
         available_for_mailing in prop::option::of(any::<bool>()),
         legal_bases in prop::option::of(prop::collection::vec(legal_basis(), 0..4)),
-        custom in prop::collection::vec(prop::option::of(any_text()), 3),
+        custom in prop::collection::vec(prop::option::of(storable_text()), 3),
     ) -> Value {
         let names = [
             "name", "job_title", "state", "city", "country", "personal_phone", "mobile_phone",

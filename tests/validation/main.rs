@@ -1,4 +1,9 @@
-//! Conversion-event validation: every rule, every error type, every path shape.
+//! Conversion-event validation: every rule, every error type, every path shape
+//! (here); the characters a stored string may hold (`characters`); and
+//! hostile bodies at the size limit, answered in bounded space (`hostile`).
+
+mod characters;
+mod hostile;
 
 use conversion_gateway::{
     ConversionLimits, ErrorType, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
@@ -113,7 +118,7 @@ fn bench_bodies_validate_and_read_back() {
         "lead_source_detail",
         "preferred_contact_time",
     ];
-    let typical = include_bytes!("../benches/data/typical.json");
+    let typical = include_bytes!("../../benches/data/typical.json");
     let event = validate_conversion(typical, &custom, &limits()).expect("typical is valid");
     assert_eq!(event.event_type(), "CONVERSION");
     assert_eq!(event.event_family(), "CDP");
@@ -129,7 +134,7 @@ fn bench_bodies_validate_and_read_back() {
     assert!(!event.traffic_source_is_cookie());
     assert_eq!(event.unknown_attributes().count(), 0);
 
-    let full = include_bytes!("../benches/data/full.json");
+    let full = include_bytes!("../../benches/data/full.json");
     let event = validate_conversion(full, &custom, &limits()).expect("full is valid");
     let bases: Vec<_> = event.legal_bases().collect();
     assert_eq!(bases.len(), 2);
@@ -1000,6 +1005,8 @@ fn every_error_type_has_its_wire_name_and_status() {
         (ErrorType::TooDeeplyNested, "TOO_DEEPLY_NESTED", 400),
         (ErrorType::UnknownField, "UNKNOWN_FIELD", 400),
         (ErrorType::DuplicateField, "DUPLICATE_FIELD", 400),
+        (ErrorType::InvalidCharacters, "INVALID_CHARACTERS", 400),
+        (ErrorType::TooManyErrors, "TOO_MANY_ERRORS", 400),
     ];
     for (error_type, name, status) in expected {
         assert_eq!(error_type.as_str(), name);
