@@ -22,10 +22,11 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|body: &[u8]| {
     for config in configs() {
-        match validate_conversion(body, config.custom_fields, &config.limits) {
-            Ok(event) => check_event(&event, config),
-            Err(errors) => check_errors(&errors, body.len(), config, false),
+        let alone = validate_conversion(body, config.custom_fields, &config.limits);
+        match &alone {
+            Ok(event) => check_event(event, config),
+            Err(errors) => check_errors(errors, body.len(), config, false),
         }
-        check_alone_as_in_a_batch(body, config);
+        check_alone_as_in_a_batch(body, &alone, config);
     }
 });
