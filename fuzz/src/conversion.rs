@@ -258,7 +258,9 @@ pub fn check_event(event: &ConversionEvent<'_>, config: &Config) {
         );
     }
     for path in &dropped {
-        assert!(path.starts_with("$."), "{name}: dropped path {path}");
+        // `$.name`, or `$['odd name']` for names that need quoting.
+        let shaped = path.starts_with("$.") || path.starts_with("$[");
+        assert!(shaped, "{name}: dropped path {path}");
     }
 
     let payload = event.to_payload_json();
