@@ -5,8 +5,8 @@
 //! names) and must never panic. An accepted event must hold every documented
 //! rule when read back through its accessors (plausible non-blank e-mail,
 //! non-blank identifier, bounds, lowercase unique tags, consent with a status,
-//! only the account's custom fields, nothing dropped under `Reject`, no U+0000
-//! once `conversion::REFUSES_NUL` is set); its `to_payload_json()` must
+//! only the account's custom fields, nothing dropped under `Reject`, no C0
+//! control but tab, line feed and carriage return); its `to_payload_json()` must
 //! re-serialise unchanged and, sent again as an event, be accepted and
 //! normalize to itself. A refusal must be well formed (413 exactly when the
 //! body is over the bound, `BAD_REQUEST` alone at `$`, lowercase messages).

@@ -12,12 +12,6 @@ use conversion_gateway::{
 };
 use serde_json::{Value, json};
 
-/// Whether an accepted event may hold U+0000 in a stored string.
-///
-/// Set to `true` once the validator refuses control characters in strings
-/// (issue 9); while `false`, the NUL property is not checked.
-pub const REFUSES_NUL: bool = false;
-
 /// One way of calling the validator.
 #[derive(Debug)]
 pub struct Config {
@@ -284,15 +278,17 @@ pub fn check_event(event: &ConversionEvent<'_>, config: &Config) {
     let again: Value = serde_json::from_str(&text).expect("payload parses back");
     assert_eq!(again, payload, "{name}: payload changes when re-serialised");
 
-    if REFUSES_NUL {
-        let mut stored = Vec::new();
-        strings_in(&payload, &mut stored);
-        for text in stored {
-            assert!(
-                !text.contains('\0'),
-                "{name}: stored string {text:?} holds U+0000"
-            );
-        }
+    let mut stored = Vec::new();
+    strings_in(&payload, &mut stored);
+    for text in stored {
+        // U+0000 and every C0 control but tab, line feed and carriage
+        // return are refused: PostgreSQL cannot store U+0000.
+        assert!(
+            !text
+                .chars()
+                .any(|c| c < '\u{20}' && !matches!(c, '\t' | '\n' | '\r')),
+            "{name}: stored string {text:?} holds a C0 control"
+        );
     }
     check_payload_is_a_fixed_point(&payload, config);
 }

@@ -13,8 +13,8 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use conversion_gateway::{
-    Account, BearerError, Caller, Client, ClientSecret, Gateway, GatewayConfig, GrantId,
-    HttpAnswer, ManualClock, RequestParts, SecretHasher, SeededRandom, Stores,
+    Account, BearerError, Caller, Client, ClientRegistration, ClientSecret, Gateway, GatewayConfig,
+    GrantId, HttpAnswer, ManualClock, RequestParts, SecretHasher, SeededRandom, Stores,
 };
 use time::Duration;
 
@@ -99,13 +99,16 @@ impl Fixture {
         )
         .with_clock(clock.clone())
         .with_random(Arc::new(SeededRandom::new(1)));
-        let uris = REDIRECT_URIS.iter().map(|uri| (*uri).to_owned()).collect();
         let (client, secret) = gateway
-            .register_client("Lead Sync", uris, setup.pkce)
+            .register_client(
+                ClientRegistration::new("Lead Sync", REDIRECT_URIS).require_pkce(setup.pkce),
+            )
             .await
             .expect("register the main application");
         let (other_client, other_secret) = gateway
-            .register_client("Other App", vec![OTHER_REDIRECT_URI.to_owned()], true)
+            .register_client(
+                ClientRegistration::new("Other App", [OTHER_REDIRECT_URI]).require_pkce(true),
+            )
             .await
             .expect("register the other application");
         let account = Account::new("Acme", "owner@acme.example", &SeededRandom::new(2));
