@@ -1170,35 +1170,28 @@ struct Scanner<'a> {
 }
 
 /// A JSON string as it appears in the body: its contents between the quotes,
-/// escapes left in, whether it holds any, and whether one of them stands for
-/// a control character no stored string may hold (see [`is_refused_control`]).
+/// escapes left in, and whether it holds any.
 #[derive(Clone, Copy, Debug)]
 struct JsonStr<'a> {
     contents: &'a str,
     escaped: bool,
-    refused_control: bool,
 }
 
 impl<'a> JsonStr<'a> {
     /// A raw array element, if it is a string (a slice of checked JSON).
     fn from_element(element: &'a str) -> Option<Self> {
         let contents = string_contents(element)?;
-        let escaped = has_escape(contents);
         Some(JsonStr {
             contents,
-            escaped,
-            refused_control: escaped && JsonChars::new(contents).any(is_refused_control),
+            escaped: has_escape(contents),
         })
     }
 
     /// The string itself: borrowed from the body unless it held escapes.
+    #[inline]
     fn decode(self) -> Cow<'a, str> {
         if self.escaped {
-            // An escape is never shorter than the UTF-8 of what it stands
-            // for: one allocation of the raw length always suffices.
-            let mut decoded = String::with_capacity(self.contents.len());
-            decoded.extend(JsonChars::new(self.contents));
-            Cow::Owned(decoded)
+            Cow::Owned(unescape(self.contents))
         } else {
             Cow::Borrowed(self.contents)
         }
@@ -1330,7 +1323,7 @@ impl<'a> Scanner<'a> {
     fn string(&mut self) -> Scan<JsonStr<'a>> {
         self.expect(b'"')?;
         let start = self.position;
-        let (mut escaped, mut refused_control) = (false, false);
+        let mut escaped = false;
         loop {
             self.position = find_special(self.bytes(), self.position);
             match self.peek() {
@@ -1339,16 +1332,12 @@ impl<'a> Scanner<'a> {
                         return self.fail();
                     };
                     self.position += 1;
-                    return Ok(JsonStr {
-                        contents,
-                        escaped,
-                        refused_control,
-                    });
+                    return Ok(JsonStr { contents, escaped });
                 }
                 Some(b'\\') => {
                     escaped = true;
                     self.position += 1;
-                    refused_control |= self.escape()?;
+                    self.escape()?;
                 }
                 // RFC 8259 section 7: control characters must be escaped.
                 _ => return self.fail(),
@@ -1356,21 +1345,12 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Reads an escape, its backslash just read; gives whether it stands for
-    /// a control character no stored string may hold.
-    ///
-    /// Only an escape can put a control character in a string (a raw one is
-    /// not JSON), so noting it here costs nothing on strings without escapes.
-    fn escape(&mut self) -> Scan<bool> {
+    /// Reads an escape, its backslash just read.
+    fn escape(&mut self) -> Scan<()> {
         match self.peek() {
-            Some(b'"' | b'\\' | b'/' | b'n' | b'r' | b't') => {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
                 self.position += 1;
-                Ok(false)
-            }
-            // Backspace and form feed.
-            Some(b'b' | b'f') => {
-                self.position += 1;
-                Ok(true)
+                Ok(())
             }
             Some(b'u') => {
                 self.position += 1;
@@ -1384,12 +1364,12 @@ impl<'a> Scanner<'a> {
                             return self.fail();
                         }
                         match self.hex4()? {
-                            0xDC00..=0xDFFF => Ok(false),
+                            0xDC00..=0xDFFF => Ok(()),
                             _ => self.fail(),
                         }
                     }
                     0xDC00..=0xDFFF => self.fail(),
-                    unit => Ok(char::from_u32(u32::from(unit)).is_some_and(is_refused_control)),
+                    _ => Ok(()),
                 }
             }
             _ => self.fail(),
@@ -1517,13 +1497,6 @@ impl<'a> Scanner<'a> {
 /// The most integer digits a number without an exponent can have and surely
 /// fit an `f64` (whose largest finite value is about 1.8e308).
 const MAX_FINITE_INTEGER_DIGITS: usize = 308;
-
-/// Whether `c` is a control character no stored string may hold: U+0000 to
-/// U+001F except tab, line feed and carriage return. See
-/// [`ErrorType::InvalidCharacters`] for why.
-fn is_refused_control(c: char) -> bool {
-    c < ' ' && !matches!(c, '\t' | '\n' | '\r')
-}
 
 /// The position of the first `"`, `\` or control character at or after `at`,
 /// or the end of `bytes`.
@@ -1674,8 +1647,8 @@ fn read_payload<'a>(
                 Scalar::Null => {}
                 Scalar::Str(value) => {
                     sent |= field.bit();
-                    let refused_control = value.refused_control;
                     let value = value.decode();
+                    let refused_control = unescaped_refused_control(&value);
                     check_string(ctx, event, field, &value, refused_control);
                     if let Some(slot) = event.strings.get_mut(field as usize) {
                         *slot = Some(value);
@@ -1741,12 +1714,11 @@ fn read_other_payload_member<'a>(
     match scanner.scalar(3)? {
         Scalar::Null => {}
         Scalar::Str(value) => {
-            // The name is stored too, as the payload's key: an account's
-            // field named with a control character is refused like a value
-            // (only an escape can have put one in).
-            let refused_control = value.refused_control
-                || matches!(name, Cow::Owned(_)) && has_refused_control(&name);
             let value = value.decode();
+            // The name is stored too, as the payload's key: an account's
+            // field named with a control character is refused like a value.
+            let refused_control =
+                unescaped_refused_control(&value) || unescaped_refused_control(&name);
             let max = ctx.limits.max_string_len;
             if refused_control {
                 ctx.report(
@@ -1772,7 +1744,7 @@ fn read_other_payload_member<'a>(
 }
 
 /// Checks a standard string field of the payload; `refused_control` tells
-/// whether it held an escaped control character no store may be given.
+/// whether it held a control character no store may be given.
 fn check_string(
     ctx: &mut Ctx<'_, '_>,
     event: &mut ConversionEvent<'_>,
@@ -1856,12 +1828,10 @@ fn read_tags<'a>(scanner: &mut Scanner<'a>, ctx: &mut Ctx<'_, 'a>) -> Scan<Optio
             index += 1;
             continue;
         }
-        let tag = scanner.string()?;
-        let refused_control = tag.refused_control;
         // Unescaped once (only a tag with escapes allocates), so that each
         // rule below and each uniqueness comparison reads plain text.
-        let tag = tag.decode();
-        let failure = if refused_control {
+        let tag = scanner.string()?.decode();
+        let failure = if unescaped_refused_control(&tag) {
             Some((ErrorType::InvalidCharacters, None))
         } else if is_blank(&tag) {
             Some((ErrorType::CannotBeBlank, None))
@@ -2042,10 +2012,26 @@ fn read_batch<'a>(
 // Field rules
 // ---------------------------------------------------------------------------
 
-/// Whether a (decoded) name holds a control character no stored string may
-/// hold; see [`is_refused_control`].
-fn has_refused_control(name: &str) -> bool {
-    name.chars().any(is_refused_control)
+/// Whether a string holds a control character no stored string may hold:
+/// U+0000 to U+001F except tab, line feed and carriage return. See
+/// [`ErrorType::InvalidCharacters`] for why.
+fn has_refused_control(value: &str) -> bool {
+    // In UTF-8 every byte of a multi-byte character is 0x80 or above: a byte
+    // below 0x20 is the control character itself.
+    value
+        .bytes()
+        .any(|b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
+}
+
+/// Whether an unescaped string holds a control character no stored string
+/// may hold. Only an escape can have put one there (a raw one is not JSON),
+/// so a string borrowed from the body, which held none, is not searched:
+/// strings without escapes, nearly all of them, pay nothing for the rule.
+// The variant is the point (`Owned` is what an escaped string decodes to),
+// so the function takes the `Cow`, not the `&str` clippy suggests.
+#[allow(clippy::ptr_arg)]
+fn unescaped_refused_control(value: &Cow<'_, str>) -> bool {
+    matches!(value, Cow::Owned(_)) && has_refused_control(value)
 }
 
 /// Whether a string is empty or only whitespace.
@@ -2275,6 +2261,18 @@ fn skip_string(bytes: &[u8], position: usize) -> usize {
         }
     }
     bytes.len()
+}
+
+/// Raw JSON string contents, escapes decoded. Out of line: most strings
+/// have no escape, and their path through [`JsonStr::decode`] stays small
+/// enough to inline.
+#[inline(never)]
+fn unescape(contents: &str) -> String {
+    // An escape is never shorter than the UTF-8 of what it stands for: one
+    // allocation of the raw length always suffices.
+    let mut decoded = String::with_capacity(contents.len());
+    decoded.extend(JsonChars::new(contents));
+    decoded
 }
 
 /// Whether raw JSON string contents hold an escape.
@@ -2598,15 +2596,15 @@ mod tests {
         assert_eq!(find_special(b"", 0), 0);
     }
 
-    fn string_of(json: &str) -> JsonStr<'_> {
+    fn unescaped(json: &str) -> Cow<'_, str> {
         let mut scanner = Scanner::new(json, 0);
-        let string = scanner.string();
+        let string = scanner.string().map(JsonStr::decode);
         assert_eq!(scanner.position, json.len(), "{json}");
         string.unwrap_or_else(|NotJson(at)| panic!("{json}: not JSON at {at}"))
     }
 
     #[test]
-    fn escapes_of_refused_controls_are_flagged_as_scanned() {
+    fn escapes_of_refused_controls_are_found_once_unescaped() {
         for refused in [
             r#""\u0000""#,
             r#""a\u0001""#,
@@ -2618,23 +2616,26 @@ mod tests {
             r#""x\fy""#,
             r#""\u0008""#,
         ] {
-            assert!(string_of(refused).refused_control, "{refused}");
-            let element = JsonStr::from_element(refused).expect("a string");
-            assert!(element.refused_control, "{refused}");
+            assert!(unescaped_refused_control(&unescaped(refused)), "{refused}");
         }
         for kept in [
             r#""plain""#,
             r#""\t\n\r\u0009\u000a\u000D""#,
             r#""\u0020\u007f\u0085\u009f\"\\\/""#,
-            r#""\ud83d\ude00""#,
+            r#""\ud83d\ude00 \u00e9\u4e2d""#,
         ] {
-            assert!(!string_of(kept).refused_control, "{kept}");
-            let element = JsonStr::from_element(kept).expect("a string");
-            assert!(!element.refused_control, "{kept}");
+            assert!(!unescaped_refused_control(&unescaped(kept)), "{kept}");
         }
-        assert!(is_refused_control('\u{0}') && is_refused_control('\u{1f}'));
-        assert!(!is_refused_control('\t') && !is_refused_control(' '));
-        assert!(has_refused_control("a\u{7}b") && !has_refused_control("a\tb"));
+        // A borrowed string is never searched: it cannot hold one.
+        assert!(!unescaped_refused_control(&Cow::Borrowed("a\u{0}b")));
+        assert!(unescaped_refused_control(&Cow::Owned("a\u{0}b".to_owned())));
+        for c in (0u8..0x20).map(char::from) {
+            let refused = !matches!(c, '\t' | '\n' | '\r');
+            assert_eq!(has_refused_control(&format!("é{c}")), refused, "{c:?}");
+        }
+        assert!(!has_refused_control(
+            "\u{7f}\u{80}\u{9f}\u{fffd}\u{10ffff} "
+        ));
     }
 
     #[test]

@@ -124,21 +124,26 @@ pub(super) struct SmallSet<K> {
 
 impl<K: Hash + Eq> SmallSet<K> {
     /// Adds `key`; whether it was not there yet.
+    #[inline]
     pub(super) fn insert(&mut self, key: K) -> bool {
-        if let Some(many) = &mut self.many {
-            return many.insert(key);
+        if self.many.is_some() || self.few.len() == SMALL {
+            return self.insert_many(key);
         }
         if self.few.contains(&key) {
             return false;
         }
-        if self.few.len() < SMALL {
-            self.few.push(key);
-        } else {
-            let mut many: HashedSet<K> = self.few.drain(..).collect();
-            many.insert(key);
-            self.many = Some(many);
-        }
+        self.few.push(key);
         true
+    }
+
+    /// [`SmallSet::insert`] past [`SMALL`] members: out of line, as few
+    /// sets ever get there.
+    #[inline(never)]
+    fn insert_many(&mut self, key: K) -> bool {
+        if self.many.is_none() {
+            self.many = Some(self.few.drain(..).collect());
+        }
+        self.many.as_mut().is_some_and(|many| many.insert(key))
     }
 
     /// Whether it has started hashing its members.
