@@ -20,7 +20,10 @@ pub struct RequestParts<'a> {
     pub content_type: Option<&'a str>,
     /// The `Authorization` header, if sent.
     pub authorization: Option<&'a str>,
-    /// The `Idempotency-Key` header, if sent.
+    /// The `Idempotency-Key` header, if sent. On the event routes, a retry
+    /// with the same key and body answers the first request's identifiers.
+    /// Keys are scoped by credential (each API key, each application), so
+    /// one credential of an account cannot claim another's keys.
     pub idempotency_key: Option<&'a str>,
     /// The body bytes.
     pub body: &'a [u8],
