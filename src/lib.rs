@@ -109,93 +109,87 @@
 //! implementation, yours included.
 #![warn(missing_docs)]
 
+// Shared types: ids and accounts, secrets, time and randomness, settings,
+// and the HTTP-neutral request and answer.
 mod account;
-mod bearer;
-mod client;
+pub use account::{Account, AccountId};
+
 mod clock;
-mod config;
-mod dialog;
-mod event;
-mod gateway;
-mod grant;
-mod http;
-mod intake;
-mod lifecycle;
-mod memory;
-mod random;
-mod request;
-mod revocation;
-mod secret;
-mod store;
-mod token;
-mod token_endpoint;
-mod token_error;
-
-#[cfg(feature = "test-util")]
-pub mod conformance;
-
-pub use account::{Account, AccountId, ApiKeyId, ApiKeyRecord};
-pub use bearer::BearerError;
-pub use client::{Client, ClientId, ClientRegistration};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{GatewayConfig, RefreshPolicy};
-pub use dialog::{AuthorizationRequest, DialogError};
-pub use event::{
-    EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
-    RecordedEvent,
-};
-pub use gateway::{Gateway, PurgeReport, Stores};
-pub use grant::{Grant, GrantId};
+
+mod config;
+pub use config::GatewayConfig;
+
+mod http;
 pub use http::{AnswerBody, HttpAnswer};
-pub use intake::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
-pub use lifecycle::{
-    AccessRefusal, Caller, access_token_record, check_access_token, check_code_exchange,
-    check_refresh_token, is_active, is_pkce_value, pkce_matches, refresh_token_record,
-};
-pub use memory::{
-    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
-};
+
+mod random;
 pub use random::{OsRandom, RandomSource, SeededRandom, random_uuid};
+
+mod request;
 pub use request::{ParamsError, RequestParts};
-pub use revocation::{RevocationError, revocation_answer};
+
+mod secret;
 pub use secret::{
     AccessToken, ApiKey, AuthorizationCode, ClientSecret, RefreshToken, SECRET_ENTROPY_BYTES,
     SecretHash, SecretHasher, SecretKind,
 };
-pub use store::{
-    AccountStore, ApiKeyStore, ClientRegistry, CodeLookup, CodeTake, EventSink, Rotation,
-    StoreError, TokenStore,
+
+// The service: construction, and one method per endpoint.
+mod gateway;
+pub use gateway::{Gateway, PurgeReport, Stores};
+
+// OAuth 2.0 for third-party applications.
+mod oauth;
+pub use oauth::bearer::BearerError;
+pub use oauth::client::{Client, ClientId, ClientRegistration};
+pub use oauth::decisions::{
+    AccessRefusal, Caller, access_token_record, check_access_token, check_code_exchange,
+    check_refresh_token, is_active, is_pkce_value, pkce_matches, refresh_token_record,
 };
-pub use token::{AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord};
-pub use token_endpoint::TokenResponse;
-pub use token_error::TokenError;
+pub use oauth::dialog::{AuthorizationRequest, DialogError};
+pub use oauth::grant::{Grant, GrantId};
+pub use oauth::refresh_policy::RefreshPolicy;
+pub use oauth::revocation::{RevocationError, revocation_answer};
+pub use oauth::token_endpoint::TokenResponse;
+pub use oauth::token_error::TokenError;
+pub use oauth::tokens::{
+    AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
+};
 
-// --- conversion validation (owned by the validation work) ---
-mod conversion;
-mod conversion_error;
-mod json_path;
-
-pub use conversion::{
+// Conversion intake: API keys, the validator, the event routes.
+mod intake;
+pub use intake::api_key::{ApiKeyId, ApiKeyRecord};
+pub use intake::endpoint::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
+pub use intake::event::{
+    EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
+    RecordedEvent,
+};
+pub use intake::validator::errors::{
+    DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,
+};
+pub use intake::validator::json_path::{JsonPath, PathSegment};
+pub use intake::validator::{
     ConversionEvent, ConversionLimits, LegalBasis, LegalBasisCategory, LegalBasisStatus,
     LegalBasisType, Tags, UnknownAttributes, validate_batch, validate_conversion,
 };
-pub use conversion_error::{DataType, ErrorType, FieldError, ValidationErrors, ValidationRules};
-pub use json_path::{JsonPath, PathSegment};
-// --- end conversion validation ---
 
-// --- durable stores ---
+// Storage: the traits, memory, SQLite and PostgreSQL, the conformance suite.
+mod store;
+#[cfg(feature = "test-util")]
+pub use store::conformance;
+pub use store::error::StoreError;
+pub use store::memory::{
+    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
+};
 #[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod sql;
+pub use store::postgres::{PgStore, PgStoreOptions};
 #[cfg(feature = "sqlite")]
-mod sqlite;
-
-#[cfg(feature = "postgres")]
-pub use postgres::{PgStore, PgStoreOptions};
-#[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
-// --- end durable stores ---
+pub use store::sqlite::SqliteStore;
+pub use store::{
+    AccountStore, ApiKeyStore, ClientRegistry, CodeLookup, CodeTake, EventSink, Rotation,
+    TokenStore,
+};
 
 /// The README's code blocks, compiled and run as doctests.
 #[cfg(doctest)]

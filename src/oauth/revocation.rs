@@ -2,8 +2,8 @@
 
 use serde_json::json;
 
+use crate::oauth::token_endpoint::{params_error, presented_client};
 use crate::request::Params;
-use crate::token_endpoint::{params_error, presented_client};
 use crate::{
     AccessToken, BearerError, ClientId, Gateway, GrantId, HttpAnswer, RefreshToken, RequestParts,
     TokenError,

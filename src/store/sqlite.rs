@@ -31,7 +31,7 @@ use time::OffsetDateTime;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::sql::{
+use crate::store::sql::{
     self, GroupQueue, Job, Migration, RECORD, RecordColumns, access_from, account_from, answer,
     api_key_from, backend, channel_to_json, client_from, code_from, code_lookup, code_tombstone,
     event_from, find_row, grant_from, insert_failed, insert_row, malformed, refresh_from,
@@ -48,19 +48,19 @@ use crate::{
 const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
-        sql: include_str!("../migrations/sqlite/0001_initial.sql"),
+        sql: include_str!("../../migrations/sqlite/0001_initial.sql"),
     },
     Migration {
         version: 2,
-        sql: include_str!("../migrations/sqlite/0002_idempotency_scope.sql"),
+        sql: include_str!("../../migrations/sqlite/0002_idempotency_scope.sql"),
     },
     Migration {
         version: 3,
-        sql: include_str!("../migrations/sqlite/0003_purge_indexes.sql"),
+        sql: include_str!("../../migrations/sqlite/0003_purge_indexes.sql"),
     },
     Migration {
         version: 4,
-        sql: include_str!("../migrations/sqlite/0004_adaptive_refresh.sql"),
+        sql: include_str!("../../migrations/sqlite/0004_adaptive_refresh.sql"),
     },
 ];
 

@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde_json::{Map, Value, json};
 
-use crate::json_path::JsonPath;
+use super::json_path::JsonPath;
 
 /// The kind of a validation error, sent as `error_type`.
 ///

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::lifecycle::{RefreshDecision, decide_refresh};
+use crate::oauth::decisions::{RefreshDecision, decide_refresh};
 use crate::request::{HeaderCredentials, Params, ParamsError, parse_authorization};
 use crate::{
     AccessToken, AccessTokenRecord, AuthorizationCode, Caller, Client, ClientId, ClientSecret,

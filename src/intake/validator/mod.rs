@@ -23,6 +23,8 @@
 //! shape); errors past [`ConversionLimits::max_errors`] and dropped names past
 //! the first 100 are counted, not kept.
 
+pub(crate) mod errors;
+pub(crate) mod json_path;
 mod membership;
 
 use std::borrow::Cow;
@@ -35,10 +37,10 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
-use crate::conversion_error::{
+use errors::{
     DataType, Detail, ErrorCollector, ErrorType, FieldError, ValidationErrors, ValidationRules,
 };
-use crate::json_path::JsonPath;
+use json_path::JsonPath;
 use membership::{HashedSet, PositionSet, SmallSet};
 
 // ---------------------------------------------------------------------------
