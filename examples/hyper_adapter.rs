@@ -47,10 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Something to try the conversion route with.
     let account = Account::new("Demo Account", "demo@example.com", &OsRandom);
     gateway.create_account(&account).await?;
-    let (_, api_key) = gateway
-        .issue_api_key(account.id, "demo")
-        .await?
-        .ok_or("no API key")?;
+    let (_, api_key) = gateway.issue_api_key(account.id, "demo").await?;
     println!(
         "listening on {base_url}; API key (demo data, in memory): {}",
         api_key.expose()
@@ -107,8 +104,8 @@ async fn handle(
         body: &body,
     };
     let answer = match route {
-        "/auth/token" => gateway.token(&parts).await,
-        _ => gateway.record_conversion(&parts).await,
+        "/auth/token" => gateway.answer(gateway.token(&parts).await),
+        _ => gateway.answer(gateway.record_conversion(&parts).await),
     };
     Ok(into_response(answer))
 }

@@ -1,17 +1,22 @@
 //! The service type: holds the stores, the clock, the random source and the
 //! configuration, and runs every operation as load, decide, persist.
 //!
-//! The endpoints live in their own files (`dialog.rs`, `token_endpoint.rs`,
-//! `revocation.rs`, `bearer.rs`, `intake.rs`) as further `impl Gateway`
-//! blocks; this file has the construction and the administrative operations.
+//! Each endpoint is one method, in its area's file as a further
+//! `impl Gateway` block: `oauth/dialog.rs` (`authorization_request`,
+//! `approve`, `deny`), `oauth/token_endpoint.rs` (`token`),
+//! `oauth/revocation.rs` (`revoke`), `oauth/bearer.rs`
+//! (`authenticate_bearer`), `intake/endpoint.rs` (`record_conversion`,
+//! `record_event`, `record_event_batch`). This file has the construction,
+//! [`Gateway::answer`], and the administrative operations.
 
 use std::sync::Arc;
 
 use crate::{
-    Account, AccountId, AccountStore, ApiKey, ApiKeyId, ApiKeyRecord, ApiKeyStore, Client,
-    ClientRegistration, ClientRegistry, ClientSecret, Clock, EventSink, GatewayConfig,
-    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
-    OsRandom, RandomSource, SecretHasher, StoreError, SystemClock, TokenStore,
+    Account, AccountId, AccountStore, AnswerContext, ApiKey, ApiKeyError, ApiKeyId, ApiKeyRecord,
+    ApiKeyStore, Client, ClientRegistration, ClientRegistry, ClientSecret, Clock, EventSink,
+    GatewayConfig, HttpAnswer, MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry,
+    MemoryEventSink, MemoryTokenStore, OsRandom, RandomSource, SecretHasher, StoreError,
+    SystemClock, ToHttpAnswer, TokenStore,
 };
 
 /// The stores a [`Gateway`] works on, one per storage trait.
@@ -57,7 +62,8 @@ pub struct PurgeReport {
 ///
 /// Cheap to share: wrap it in an `Arc` and hand it to every request handler.
 /// Each endpoint method takes the request parts an adapter extracted and
-/// returns an [`crate::HttpAnswer`]; see the crate docs for the flow.
+/// returns a typed result; [`Gateway::answer`] turns any result into the
+/// [`HttpAnswer`] to send. See the crate docs for the flow.
 pub struct Gateway {
     pub(crate) stores: Stores,
     pub(crate) config: GatewayConfig,
@@ -96,9 +102,13 @@ impl Gateway {
         &self.config
     }
 
-    /// The stores.
-    pub fn stores(&self) -> &Stores {
-        &self.stores
+    /// The HTTP answer to any result or error of the public API: a handler
+    /// is `gateway.answer(gateway.token(&parts).await)`. The gateway knows
+    /// the challenge realm (from [`GatewayConfig::base_url`]), so no caller
+    /// has to.
+    pub fn answer(&self, outcome: impl ToHttpAnswer) -> HttpAnswer {
+        let realm = self.config.realm();
+        outcome.to_http_answer(&AnswerContext::new(&realm))
     }
 
     /// Registers an application. Returns it and its client secret, which is
@@ -144,16 +154,25 @@ impl Gateway {
             .await
     }
 
-    /// Issues an API key for `account`. Returns `None` when the account
-    /// already holds the configured maximum of keys.
+    /// The account with this id, for a host that keeps the id in a session.
     ///
     /// # Errors
     /// The store's error.
+    pub async fn find_account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
+        self.stores.accounts.find_account(id).await
+    }
+
+    /// Issues an API key for `account`: its record and the key itself, which
+    /// is not kept and must be handed to the account owner now.
+    ///
+    /// # Errors
+    /// [`ApiKeyError::LimitReached`] when the account already holds
+    /// [`GatewayConfig::max_api_keys_per_account`] keys, or the store's error.
     pub async fn issue_api_key(
         &self,
         account: AccountId,
         label: &str,
-    ) -> Result<Option<(ApiKeyRecord, ApiKey)>, StoreError> {
+    ) -> Result<(ApiKeyRecord, ApiKey), ApiKeyError> {
         let (record, key) = ApiKeyRecord::issue(
             account,
             label,
@@ -161,12 +180,12 @@ impl Gateway {
             &*self.random,
             &self.hasher,
         );
-        let stored = self
-            .stores
-            .api_keys
-            .insert_api_key(&record, self.config.max_api_keys_per_account)
-            .await?;
-        Ok(stored.then_some((record, key)))
+        let max = self.config.max_api_keys_per_account;
+        if self.stores.api_keys.insert_api_key(&record, max).await? {
+            Ok((record, key))
+        } else {
+            Err(ApiKeyError::LimitReached { max })
+        }
     }
 
     /// Deletes what stopped being usable more than

@@ -48,53 +48,57 @@
 //! let account = Account::new("Acme", "owner@acme.example", &OsRandom);
 //! gateway.create_account(&account).await?;
 //!
-//! // An application asks the account for access (spec endpoint 1)...
+//! // An application sends the account owner to the dialog (RFC 6749 4.1.1)...
 //! let (app, secret) = gateway
 //!     .register_client(ClientRegistration::new("Lead Sync", ["https://app.example/cb"]))
 //!     .await?;
 //! let query = format!("client_id={}&redirect_uri=https://app.example/cb&state=s1", app.id);
 //! let request = gateway.authorization_request(&query).await?;
-//! // ...the host logs the user in, shows request.client_name(), and on "Allow":
-//! let redirect = gateway.approve(&request, account.id).await?;
-//! let location = redirect.header("location").unwrap();
-//! let code = location.split("code=").nth(1).unwrap().split('&').next().unwrap();
+//! // ...the host signs the owner in, shows request.client_name(), and on "Allow"
+//! // sends the browser to approval.location(), which carries the code.
+//! let approval = gateway.approve(&request, account.id).await?;
+//! assert!(approval.location().starts_with("https://app.example/cb?code="));
 //!
-//! // The application exchanges the code (spec endpoint 2).
+//! // The application exchanges the code for tokens (RFC 6749 4.1.3).
 //! let body = format!(
-//!     r#"{{"client_id":"{}","client_secret":"{}","code":"{code}"}}"#,
+//!     r#"{{"client_id":"{}","client_secret":"{}","code":"{}"}}"#,
 //!     app.id,
-//!     secret.expose()
+//!     secret.expose(),
+//!     approval.code().expose(),
 //! );
-//! let answer = gateway
+//! let tokens = gateway
 //!     .token(&RequestParts {
 //!         content_type: Some("application/json"),
 //!         body: body.as_bytes(),
 //!         ..RequestParts::default()
 //!     })
-//!     .await;
-//! assert_eq!(answer.status, 200);
-//! let access_token = answer.json_body().unwrap()["access_token"].as_str().unwrap();
+//!     .await?;
+//! assert_eq!(tokens.expires_in, 86_400);
 //!
 //! // The host guards its own API with the bearer token.
-//! let caller = gateway
-//!     .authenticate_bearer(Some(&format!("Bearer {access_token}")))
-//!     .await?;
+//! let authorization = format!("Bearer {}", tokens.access_token.expose());
+//! let caller = gateway.authenticate_bearer(Some(&authorization)).await?;
 //! assert_eq!(caller.account_id, account.id);
 //!
-//! // A website form sends a conversion with an API key (spec endpoint 5).
-//! let (_, api_key) = gateway.issue_api_key(account.id, "website").await?.unwrap();
+//! // A website form sends a conversion with the account's API key.
+//! let (_, api_key) = gateway.issue_api_key(account.id, "website").await?;
 //! let event = br#"{"event_type":"CONVERSION","event_family":"CDP",
 //!     "payload":{"conversion_identifier":"signup","email":"lead@example.com"}}"#;
-//! let answer = gateway
+//! let receipt = gateway
 //!     .record_conversion(&RequestParts {
 //!         query: &format!("api_key={}", api_key.expose()),
 //!         content_type: Some("application/json"),
 //!         body: event,
 //!         ..RequestParts::default()
 //!     })
-//!     .await;
+//!     .await?;
+//! assert_eq!(receipt.event_uuids.len(), 1);
+//!
+//! // In an HTTP handler, every result, success or error, becomes the answer
+//! // to send the same way.
+//! let answer = gateway.answer(&receipt);
 //! assert_eq!(answer.status, 200);
-//! assert!(answer.json_body().unwrap()["event_uuid"].is_string());
+//! assert_eq!(answer.json_body(), Some(&serde_json::json!({ "event_uuid": receipt.event_uuids[0] })));
 //! # Ok(())
 //! # }
 //! ```
@@ -120,8 +124,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 mod config;
 pub use config::GatewayConfig;
 
-mod http;
-pub use http::{AnswerBody, HttpAnswer};
+mod answer;
+pub use answer::{AnswerBody, AnswerContext, HttpAnswer, ToHttpAnswer};
 
 mod random;
 pub use random::{OsRandom, RandomSource, SeededRandom, random_uuid};
@@ -143,14 +147,11 @@ pub use gateway::{Gateway, PurgeReport, Stores};
 mod oauth;
 pub use oauth::bearer::BearerError;
 pub use oauth::client::{Client, ClientId, ClientRegistration};
-pub use oauth::decisions::{
-    AccessRefusal, Caller, access_token_record, check_access_token, check_code_exchange,
-    check_refresh_token, is_active, is_pkce_value, pkce_matches, refresh_token_record,
-};
-pub use oauth::dialog::{AuthorizationRequest, DialogError};
+pub use oauth::decisions::Caller;
+pub use oauth::dialog::{Approval, AuthorizationRequest, Denial, DialogError};
 pub use oauth::grant::{Grant, GrantId};
 pub use oauth::refresh_policy::RefreshPolicy;
-pub use oauth::revocation::{RevocationError, revocation_answer};
+pub use oauth::revocation::{Revocation, RevocationError};
 pub use oauth::token_endpoint::TokenResponse;
 pub use oauth::token_error::TokenError;
 pub use oauth::tokens::{
@@ -159,7 +160,7 @@ pub use oauth::tokens::{
 
 // Conversion intake: API keys, the validator, the event routes.
 mod intake;
-pub use intake::api_key::{ApiKeyId, ApiKeyRecord};
+pub use intake::api_key::{ApiKeyError, ApiKeyId, ApiKeyRecord};
 pub use intake::endpoint::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
 pub use intake::event::{
     EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use conversion_gateway::{HttpAnswer, RequestParts, Stores};
+use conversion_gateway::{ApiKeyError, HttpAnswer, RequestParts, Stores};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -26,7 +26,6 @@ impl Intake {
             .gateway
             .issue_api_key(f.account.id, "website")
             .await
-            .unwrap()
             .unwrap();
         Self {
             f,
@@ -41,7 +40,8 @@ impl Intake {
         content_type: &str,
         key: Option<&str>,
     ) -> HttpAnswer {
-        self.f
+        let outcome = self
+            .f
             .gateway
             .record_conversion(&RequestParts {
                 query,
@@ -50,7 +50,8 @@ impl Intake {
                 idempotency_key: key,
                 body,
             })
-            .await
+            .await;
+        self.f.gateway.answer(outcome)
     }
 
     async fn send(&self, body: &Value) -> HttpAnswer {
@@ -79,16 +80,17 @@ impl Intake {
             idempotency_key: key,
             body,
         };
-        if route_batch {
+        let outcome = if route_batch {
             self.f.gateway.record_event_batch(&parts).await
         } else {
             self.f.gateway.record_event(&parts).await
-        }
+        };
+        self.f.gateway.answer(outcome)
     }
 
     async fn stored(&self, answer: &HttpAnswer) -> Option<conversion_gateway::RecordedEvent> {
         let id: Uuid = body(answer)["event_uuid"].as_str()?.parse().ok()?;
-        self.f.gateway.stores().events.find_event(id).await.unwrap()
+        self.f.stores.events.find_event(id).await.unwrap()
     }
 }
 
@@ -129,8 +131,7 @@ async fn missing_unknown_and_switched_off_api_keys_are_unauthorized() {
         assert_error(&answer, 401, "UNAUTHORIZED");
     }
     let keys =
-        t.f.gateway
-            .stores()
+        t.f.stores
             .api_keys
             .list_api_keys(t.f.account.id)
             .await
@@ -161,21 +162,29 @@ async fn missing_unknown_and_switched_off_api_keys_are_unauthorized() {
 async fn an_account_holds_at_most_five_api_keys() {
     let t = Intake::new().await;
     for _ in 0..4 {
-        assert!(
-            t.f.gateway
-                .issue_api_key(t.f.account.id, "more")
-                .await
-                .unwrap()
-                .is_some()
-        );
+        t.f.gateway
+            .issue_api_key(t.f.account.id, "more")
+            .await
+            .expect("room for five keys");
     }
-    assert!(
+    let refused =
         t.f.gateway
             .issue_api_key(t.f.account.id, "sixth")
             .await
-            .unwrap()
-            .is_none()
+            .unwrap_err();
+    assert!(
+        matches!(refused, ApiKeyError::LimitReached { max: 5 }),
+        "{refused:?}"
     );
+    let answer = t.f.gateway.answer(&refused);
+    assert_error(&answer, 409, "API_KEY_LIMIT_REACHED");
+    let keys =
+        t.f.stores
+            .api_keys
+            .list_api_keys(t.f.account.id)
+            .await
+            .unwrap();
+    assert_eq!(keys.len(), 5, "the refused key was not stored");
 }
 
 #[tokio::test]
@@ -253,7 +262,7 @@ async fn unknown_attributes_are_dropped_and_reported() {
     let bytes = event.to_string();
     let receipt =
         t.f.gateway
-            .conversion_receipt(&RequestParts {
+            .record_conversion(&RequestParts {
                 query: &parts_query,
                 content_type: Some("application/json"),
                 authorization: None,
@@ -269,8 +278,7 @@ async fn unknown_attributes_are_dropped_and_reported() {
         receipt.dropped_attributes
     );
     let stored =
-        t.f.gateway
-            .stores()
+        t.f.stores
             .events
             .find_event(receipt.event_uuids[0])
             .await
@@ -332,14 +340,7 @@ async fn a_batch_is_recorded_in_request_order() {
         .zip(["a@example.com", "b@example.com", "c@example.com"])
     {
         let id: Uuid = event["event_uuid"].as_str().unwrap().parse().unwrap();
-        let stored =
-            t.f.gateway
-                .stores()
-                .events
-                .find_event(id)
-                .await
-                .unwrap()
-                .unwrap();
+        let stored = t.f.stores.events.find_event(id).await.unwrap().unwrap();
         assert_eq!(stored.email, email);
     }
 }
@@ -506,7 +507,6 @@ async fn idempotency_keys_are_scoped_by_credential() {
         t.f.gateway
             .issue_api_key(t.f.account.id, "landing page")
             .await
-            .unwrap()
             .unwrap();
     let other = conversion_body("landing@example.com").to_string();
     let from_second_key = t

@@ -30,7 +30,7 @@ async fn the_redirect_keeps_the_registered_query_string() {
         .approve(&request, f.account.id)
         .await
         .expect("approve");
-    let location = answer.header("location").expect("location");
+    let location = answer.location();
     assert!(
         location.starts_with("https://app.example/callback?tenant=7&lang=pt&code=cgac_"),
         "{location}"
@@ -73,7 +73,7 @@ async fn an_unknown_client_is_shown_an_error_and_never_redirected() {
         .unwrap_err();
     assert!(matches!(error, DialogError::UnknownClient));
     assert!(!error.redirects());
-    let answer = error.to_answer();
+    let answer = f.gateway.answer(&error);
     assert_error(&answer, 400, "INVALID_CLIENT");
     assert_eq!(answer.header("location"), None);
 }
@@ -93,7 +93,7 @@ async fn an_unregistered_redirect_uri_is_shown_an_error_and_never_redirected() {
             matches!(error, DialogError::UnregisteredRedirectUri),
             "{uri}"
         );
-        let answer = error.to_answer();
+        let answer = f.gateway.answer(&error);
         assert_error(&answer, 400, "INVALID_REDIRECT_URI");
         assert_eq!(answer.header("location"), None);
     }
@@ -106,17 +106,13 @@ async fn missing_parameters_name_their_path() {
         .gateway
         .authorization_request("redirect_uri=x")
         .await
-        .unwrap_err()
-        .to_answer();
+        .unwrap_err();
+    let answer = f.gateway.answer(answer);
     assert_error(&answer, 400, "CANNOT_BE_NULL");
     assert_eq!(body(&answer)["path"], "query.client_id");
     let query = format!("client_id={}", f.client.id);
-    let answer = f
-        .gateway
-        .authorization_request(&query)
-        .await
-        .unwrap_err()
-        .to_answer();
+    let answer = f.gateway.authorization_request(&query).await.unwrap_err();
+    let answer = f.gateway.answer(answer);
     assert_error(&answer, 400, "CANNOT_BE_NULL");
     assert_eq!(body(&answer)["path"], "query.redirect_uri");
 }
@@ -130,7 +126,7 @@ async fn a_response_type_other_than_code_is_redirected_back_as_an_error() {
         .await
         .unwrap_err();
     assert!(error.redirects());
-    let params = redirect_params(&error.to_answer());
+    let params = redirect_params(&f.gateway.answer(&error));
     assert_eq!(
         param(&params, "error").as_deref(),
         Some("unsupported_response_type")
@@ -147,7 +143,9 @@ async fn denial_redirects_with_access_denied_and_state() {
         .authorization_request(&f.dialog_query("&state=abc"))
         .await
         .unwrap();
-    let answer = f.gateway.deny(&request);
+    let denial = f.gateway.deny(&request);
+    let answer = f.gateway.answer(&denial);
+    assert_eq!(answer.header("location"), Some(denial.location()));
     assert_eq!(answer.status, 302);
     let params = redirect_params(&answer);
     assert_eq!(param(&params, "error").as_deref(), Some("access_denied"));
@@ -244,7 +242,7 @@ async fn plain_and_malformed_challenges_are_refused() {
             .await
             .unwrap_err();
         assert!(matches!(error, DialogError::InvalidPkce { .. }), "{extra}");
-        let params = redirect_params(&error.to_answer());
+        let params = redirect_params(&f.gateway.answer(&error));
         assert_eq!(param(&params, "error").as_deref(), Some("invalid_request"));
     }
 }

@@ -18,7 +18,7 @@ async fn an_access_token_expires_at_exactly_86400_seconds() {
     f.clock.advance(Duration::seconds(1));
     let error = f.bearer(&access).await.unwrap_err();
     assert!(matches!(error, BearerError::Expired));
-    let answer = error.to_answer(&f.realm());
+    let answer = f.gateway.answer(error);
     assert_error(&answer, 401, "UNAUTHORIZED");
     assert_eq!(
         answer.header("www-authenticate").unwrap(),
@@ -336,7 +336,7 @@ async fn a_client_registered_with_its_own_policy_keeps_it() {
     );
     let request = f.gateway.authorization_request(&query).await.unwrap();
     let redirect = f.gateway.approve(&request, f.account.id).await.unwrap();
-    let code = param(&redirect_params(&redirect), "code").unwrap();
+    let code = param(&redirect_params(&f.gateway.answer(redirect)), "code").unwrap();
     let refresh_with = |token: String| {
         let f = &f;
         let body = serde_json::json!({

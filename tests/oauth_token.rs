@@ -368,7 +368,7 @@ async fn a_token_store_outage_answers_503_with_a_generic_body() {
         .await
         .unwrap();
     let error = f.gateway.approve(&request, f.account.id).await.unwrap_err();
-    assert_error(&error.to_answer(), 503, "SERVICE_UNAVAILABLE");
+    assert_error(&f.gateway.answer(error), 503, "SERVICE_UNAVAILABLE");
 
     let answer = f
         .token_json(
@@ -383,7 +383,7 @@ async fn a_token_store_outage_answers_503_with_a_generic_body() {
             .contains("db.internal")
     );
 
-    let bearer = f.bearer("cgat_x").await.unwrap_err().to_answer(&f.realm());
+    let bearer = f.gateway.answer(f.bearer("cgat_x").await.unwrap_err());
     assert_error(&bearer, 503, "SERVICE_UNAVAILABLE");
     let revoke = f.revoke(Some(&f.basic()), "token=cgat_x").await;
     assert_error(&revoke, 503, "SERVICE_UNAVAILABLE");

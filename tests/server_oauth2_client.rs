@@ -42,13 +42,14 @@ async fn the_oauth2_crate_exchanges_a_code_and_refreshes_over_loopback() {
         .expect("a loopback port");
     let base_url = format!("http://{}", listener.local_addr().unwrap());
     let key = ServerKey::generate();
+    let stores = Stores::in_memory();
     let gateway = Arc::new(Gateway::new(
         GatewayConfig::new(base_url.as_str()),
-        Stores::in_memory(),
+        stores.clone(),
         key.hasher(),
     ));
     let passwords = Passwords::new(8, 1);
-    let demo = app::seed_demo(&gateway, &key, &passwords)
+    let demo = app::seed_demo(&gateway, &stores, &key, &passwords)
         .await
         .expect("seed the demo data");
     let state = AppState::new(

@@ -19,8 +19,8 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use conversion_gateway::{
-    Account, AuthorizationCode, ClientRegistration, CodeLookup, Gateway, GatewayConfig,
-    ManualClock, OsRandom, RefreshPolicy, SecretHasher, Stores,
+    Account, ClientRegistration, CodeLookup, Gateway, GatewayConfig, ManualClock, OsRandom,
+    RefreshPolicy, SecretHasher, Stores,
 };
 use server::serve::{ConnectionLimits, Drained, serve};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -565,10 +565,11 @@ async fn the_server_runs_with_the_refresh_policy_it_was_given() {
 #[tokio::test]
 async fn the_server_purges_expired_records_periodically() {
     let clock = Arc::new(ManualClock::at_epoch_of_tests());
+    let stores = Stores::in_memory();
     let gateway = Arc::new(
         Gateway::new(
             GatewayConfig::new("http://gateway.test"),
-            Stores::in_memory(),
+            stores.clone(),
             SecretHasher::new([3; 32]),
         )
         .with_clock(clock.clone()),
@@ -587,15 +588,10 @@ async fn the_server_purges_expired_records_periodically() {
         ))
         .await
         .unwrap();
-    let redirect = gateway.approve(&request, account.id).await.unwrap();
-    let location = redirect.header("location").unwrap().to_owned();
-    let code = form_urlencoded::parse(location.split_once('?').unwrap().1.as_bytes())
-        .find(|(name, _)| name == "code")
-        .map(|(_, code)| code.into_owned())
-        .unwrap();
-    let hash = AuthorizationCode::new(code).hash(&SecretHasher::new([3; 32]));
+    let approval = gateway.approve(&request, account.id).await.unwrap();
+    let hash = approval.code().hash(&SecretHasher::new([3; 32]));
     assert!(matches!(
-        gateway.stores().tokens.find_code(&hash).await.unwrap(),
+        stores.tokens.find_code(&hash).await.unwrap(),
         CodeLookup::Unused(_)
     ));
     clock.advance(time::Duration::days(30));
@@ -608,7 +604,7 @@ async fn the_server_purges_expired_records_periodically() {
     // the code to be gone.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let code = gateway.stores().tokens.find_code(&hash).await.unwrap();
+        let code = stores.tokens.find_code(&hash).await.unwrap();
         if code == CodeLookup::NotFound {
             break;
         }

@@ -49,6 +49,7 @@ struct Server {
     router: Router,
     demo: DemoCredentials,
     gateway: Arc<Gateway>,
+    stores: Stores,
     clock: Arc<ManualClock>,
 }
 
@@ -193,12 +194,12 @@ impl Server {
     async fn with_limits(stores: Stores, key: &ServerKey, limits: LoginLimits) -> Self {
         let gateway = Arc::new(Gateway::new(
             GatewayConfig::new(BASE_URL),
-            stores,
+            stores.clone(),
             key.hasher(),
         ));
         // The cheapest Argon2 parameters keep the tests fast.
         let passwords = Passwords::new(8, 1);
-        let demo = app::seed_demo(&gateway, key, &passwords)
+        let demo = app::seed_demo(&gateway, &stores, key, &passwords)
             .await
             .expect("seed the demo data");
         let clock = Arc::new(ManualClock::at_epoch_of_tests());
@@ -207,6 +208,7 @@ impl Server {
             router: app::router(state),
             demo,
             gateway,
+            stores,
             clock,
         }
     }
@@ -1684,8 +1686,7 @@ async fn a_restart_on_the_same_sqlite_file_keeps_the_demo_credentials_and_tokens
         .unwrap();
     assert_eq!(
         second
-            .gateway
-            .stores()
+            .stores
             .api_keys
             .list_api_keys(account.id)
             .await
@@ -1711,10 +1712,10 @@ async fn the_demo_data_is_derived_from_the_key() {
     assert_ne!(other.demo.password, first.demo.password);
     let gateway = Gateway::new(
         GatewayConfig::new(BASE_URL),
-        first.gateway.stores().clone(),
+        first.stores.clone(),
         other_key.hasher(),
     );
-    let error = app::seed_demo(&gateway, &other_key, &Passwords::new(8, 1))
+    let error = app::seed_demo(&gateway, &first.stores, &other_key, &Passwords::new(8, 1))
         .await
         .unwrap_err();
     assert!(matches!(error, app::SeedError::OtherKey), "{error}");

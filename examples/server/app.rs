@@ -36,7 +36,7 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use conversion_gateway::{
     Account, AccountId, ApiKeyRecord, AuthorizationRequest, Client, Clock, DialogError, Gateway,
     HttpAnswer, OsRandom, RandomSource, RequestParts, SecretHash, SecretHasher, SeededRandom,
-    StoreError, ValidationErrors, revocation_answer,
+    StoreError, Stores, ToHttpAnswer, ValidationErrors,
 };
 use hmac::{Hmac, Mac as _};
 use serde::Serialize;
@@ -74,7 +74,6 @@ const LOGIN_COOKIE: &str = "cg_login";
 #[derive(Clone)]
 pub struct AppState {
     gateway: Arc<Gateway>,
-    realm: Arc<str>,
     keys: Arc<PageKeys>,
     passwords: Arc<Passwords>,
     throttle: Arc<LoginThrottle>,
@@ -95,11 +94,9 @@ impl AppState {
         limits: LoginLimits,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let realm = gateway.config().realm();
         let secure_cookies = gateway.config().base_url.starts_with("https://");
         Self {
             gateway,
-            realm: realm.into(),
             keys: Arc::new(PageKeys {
                 session: key.derive(b"dialog session"),
                 csrf: key.derive(b"dialog csrf"),
@@ -363,22 +360,16 @@ fn report_failure(error: &dyn std::error::Error) {
 
 impl AppState {
     /// The answer of a typed endpoint result, logging server-side failures.
-    fn settle<T, E: std::error::Error>(
+    fn settle<T: ToHttpAnswer, E: ToHttpAnswer + std::error::Error>(
         &self,
         result: Result<T, E>,
-        ok: impl FnOnce(T) -> HttpAnswer,
-        err: impl FnOnce(&E, &str) -> HttpAnswer,
     ) -> Response {
-        let answer = match result {
-            Ok(value) => ok(value),
-            Err(error) => {
-                let answer = err(&error, &self.realm);
-                if answer.status >= 500 {
-                    report_failure(&error);
-                }
-                answer
-            }
-        };
+        let answer = self.gateway.answer(&result);
+        if let Err(error) = &result
+            && answer.status >= 500
+        {
+            report_failure(error);
+        }
         into_response(answer)
     }
 }
@@ -388,50 +379,28 @@ impl AppState {
 // ---------------------------------------------------------------------------
 
 async fn token(State(app): State<AppState>, parts: Parts) -> Response {
-    let result = app.gateway.token_response(&parts.request()).await;
-    app.settle(
-        result,
-        |tokens| tokens.to_answer(),
-        |error, realm| error.to_answer(realm),
-    )
+    let result = app.gateway.token(&parts.request()).await;
+    app.settle(result)
 }
 
 async fn revoke(State(app): State<AppState>, parts: Parts) -> Response {
-    // The typed call is used so that a store failure reaches the log with
-    // its cause; the success answer is the core's own (200 `{}`).
-    let result = app.gateway.revoke_token(&parts.request()).await;
-    app.settle(
-        result,
-        |_| revocation_answer(),
-        |error, realm| error.to_answer(realm),
-    )
+    let result = app.gateway.revoke(&parts.request()).await;
+    app.settle(result)
 }
 
 async fn conversion(State(app): State<AppState>, parts: Parts) -> Response {
-    let result = app.gateway.conversion_receipt(&parts.request()).await;
-    app.settle(
-        result,
-        |receipt| receipt.to_answer(),
-        |error, realm| error.to_answer(realm),
-    )
+    let result = app.gateway.record_conversion(&parts.request()).await;
+    app.settle(result)
 }
 
 async fn event(State(app): State<AppState>, parts: Parts) -> Response {
-    let result = app.gateway.event_receipt(&parts.request()).await;
-    app.settle(
-        result,
-        |receipt| receipt.to_answer(),
-        |error, realm| error.to_answer(realm),
-    )
+    let result = app.gateway.record_event(&parts.request()).await;
+    app.settle(result)
 }
 
 async fn batch(State(app): State<AppState>, parts: Parts) -> Response {
-    let result = app.gateway.batch_receipt(&parts.request()).await;
-    app.settle(
-        result,
-        |receipt| receipt.to_answer(),
-        |error, realm| error.to_answer(realm),
-    )
+    let result = app.gateway.record_event_batch(&parts.request()).await;
+    app.settle(result)
 }
 
 // ---------------------------------------------------------------------------
@@ -624,12 +593,7 @@ impl AppState {
         let Some(account_id) = self.keys.open_session(value, self.now()) else {
             return Ok(None);
         };
-        let account = self
-            .gateway
-            .stores()
-            .accounts
-            .find_account(account_id)
-            .await?;
+        let account = self.gateway.find_account(account_id).await?;
         Ok(account.map(|account| Session {
             cookie: value.to_owned(),
             account,
@@ -798,12 +762,12 @@ async fn dialog_page(State(app): State<AppState>, uri: Uri, headers: HeaderMap) 
     let query = uri.query().unwrap_or_default();
     let request = match app.gateway.authorization_request(query).await {
         Ok(request) => request,
-        Err(error) => return dialog_error(&error),
+        Err(error) => return app.dialog_error(&error),
     };
     match app.session(&headers).await {
         Ok(Some(session)) => app.consent_page(&request, query, &session),
         Ok(None) => app.login_page(&headers, &request, query, "", Notice::None),
-        Err(error) => dialog_error(&DialogError::Store(error)),
+        Err(error) => app.dialog_error(&DialogError::Store(error)),
     }
 }
 
@@ -836,11 +800,11 @@ async fn dialog_form(
         .bytes()
         .all(|b| b.is_ascii_graphic() && b != b'#')
     {
-        return dialog_error(&DialogError::MalformedQuery("unexpected characters".into()));
+        return app.dialog_error(&DialogError::MalformedQuery("unexpected characters".into()));
     }
     let request = match app.gateway.authorization_request(&form.query).await {
         Ok(request) => request,
-        Err(error) => return dialog_error(&error),
+        Err(error) => return app.dialog_error(&error),
     };
     match form.action.as_str() {
         "login" => login(&app, &headers, &request, form, peer.ip()).await,
@@ -851,7 +815,7 @@ async fn dialog_form(
                     let notice = Notice::SessionExpired;
                     return app.login_page(&headers, &request, &form.query, "", notice);
                 }
-                Err(error) => return dialog_error(&DialogError::Store(error)),
+                Err(error) => return app.dialog_error(&DialogError::Store(error)),
             };
             if !same_token(
                 &app.keys.consent_token(&session.cookie, &form.query),
@@ -870,10 +834,10 @@ async fn dialog_form(
             }
             let answer = match form.decision.as_str() {
                 "allow" => match app.gateway.approve(&request, session.account.id).await {
-                    Ok(answer) => answer,
-                    Err(error) => return dialog_error(&DialogError::Store(error)),
+                    Ok(approval) => app.gateway.answer(approval),
+                    Err(error) => return app.dialog_error(&DialogError::Store(error)),
                 },
-                "deny" => app.gateway.deny(&request),
+                "deny" => app.gateway.answer(app.gateway.deny(&request)),
                 _ => return message_page(400, "Choose an answer", "Please choose Allow or Deny."),
             };
             dialog_redirect(answer)
@@ -908,7 +872,7 @@ async fn login(
         Ok(account) => account,
         Err(error) => {
             app.throttle.settle(attempt, Outcome::Unchecked);
-            return dialog_error(&DialogError::Store(error));
+            return app.dialog_error(&DialogError::Store(error));
         }
     };
     let verified = match app.password_matches(account.as_ref(), &form.password).await {
@@ -945,54 +909,56 @@ async fn login(
 /// The dialog's answer for a refused request: a page for the user when the
 /// redirect URI cannot be trusted (RFC 6749 section 4.1.2.1), else the
 /// redirect to the application.
-fn dialog_error(error: &DialogError) -> Response {
-    let answer = error.to_answer();
-    if error.redirects() {
-        return dialog_redirect(answer);
-    }
-    let (title, message) = match error {
-        DialogError::MissingClientId => (
-            "Incomplete link",
-            "This sign-in link does not say which application is asking (client_id is missing). Please go back to the application and try again.",
-        ),
-        DialogError::UnknownClient => (
-            "Unknown application",
-            "No application is registered with this client_id. The link may be wrong or out of date: please tell the developer of the application that sent you here.",
-        ),
-        DialogError::MissingRedirectUri => (
-            "Incomplete link",
-            "This sign-in link does not say where to send you back (redirect_uri is missing). Please go back to the application and try again.",
-        ),
-        DialogError::ConflictingRedirectUri => (
-            "Conflicting return addresses",
-            "This sign-in link names two different addresses to send you back to (redirect_uri and redirect_url). For your safety, you were not sent to either.",
-        ),
-        DialogError::UnregisteredRedirectUri => (
-            "Unregistered return address",
-            "The application asked to send you back to an address (redirect_uri) it has not registered. For your safety, you were not sent there and nothing was shared. Please tell the developer of the application.",
-        ),
-        DialogError::MalformedQuery(_) => (
-            "Malformed link",
-            "This sign-in link could not be read. Please go back to the application and try again.",
-        ),
-        DialogError::Store(store) => {
-            report_failure(store);
-            (
-                "Service unavailable",
-                "The service is temporarily unavailable. Please try again in a moment.",
-            )
+impl AppState {
+    fn dialog_error(&self, error: &DialogError) -> Response {
+        let answer = self.gateway.answer(error);
+        if error.redirects() {
+            return dialog_redirect(answer);
         }
-        // DialogError is non-exhaustive: a future variant is shown by its
-        // own (secret-free) message.
-        _ => ("Request refused", ""),
-    };
-    let fallback = error.to_string();
-    let message = if message.is_empty() {
-        fallback.as_str()
-    } else {
-        message
-    };
-    message_page(answer.status, title, message)
+        let (title, message) = match error {
+            DialogError::MissingClientId => (
+                "Incomplete link",
+                "This sign-in link does not say which application is asking (client_id is missing). Please go back to the application and try again.",
+            ),
+            DialogError::UnknownClient => (
+                "Unknown application",
+                "No application is registered with this client_id. The link may be wrong or out of date: please tell the developer of the application that sent you here.",
+            ),
+            DialogError::MissingRedirectUri => (
+                "Incomplete link",
+                "This sign-in link does not say where to send you back (redirect_uri is missing). Please go back to the application and try again.",
+            ),
+            DialogError::ConflictingRedirectUri => (
+                "Conflicting return addresses",
+                "This sign-in link names two different addresses to send you back to (redirect_uri and redirect_url). For your safety, you were not sent to either.",
+            ),
+            DialogError::UnregisteredRedirectUri => (
+                "Unregistered return address",
+                "The application asked to send you back to an address (redirect_uri) it has not registered. For your safety, you were not sent there and nothing was shared. Please tell the developer of the application.",
+            ),
+            DialogError::MalformedQuery(_) => (
+                "Malformed link",
+                "This sign-in link could not be read. Please go back to the application and try again.",
+            ),
+            DialogError::Store(store) => {
+                report_failure(store);
+                (
+                    "Service unavailable",
+                    "The service is temporarily unavailable. Please try again in a moment.",
+                )
+            }
+            // DialogError is non-exhaustive: a future variant is shown by its
+            // own (secret-free) message.
+            _ => ("Request refused", ""),
+        };
+        let fallback = error.to_string();
+        let message = if message.is_empty() {
+            fallback.as_str()
+        } else {
+            message
+        };
+        message_page(answer.status, title, message)
+    }
 }
 
 fn csrf_refused(query: &str) -> Response {
@@ -1515,6 +1481,7 @@ pub enum SeedError {
 /// [`SeedError`].
 pub async fn seed_demo(
     gateway: &Gateway,
+    stores: &Stores,
     key: &ServerKey,
     passwords: &Passwords,
 ) -> Result<DemoCredentials, SeedError> {
@@ -1532,7 +1499,6 @@ pub async fn seed_demo(
     let now = time::OffsetDateTime::now_utc();
     let (api_key_record, api_key) = ApiKeyRecord::issue(account.id, "demo", now, &random, &hasher);
 
-    let stores = gateway.stores();
     if stores.clients.find_client(&client.id).await?.is_none() {
         ignore_duplicate(stores.clients.register_client(&client).await)?;
     }

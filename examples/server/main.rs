@@ -345,10 +345,11 @@ pub async fn start(args: &Args) -> Result<Started, String> {
         .unwrap_or_else(|| format!("http://{address}"));
     let mut config = GatewayConfig::new(base_url.as_str());
     config.refresh_policy = args.refresh_policy;
-    let gateway = Arc::new(Gateway::new(config, store.stores(), key.hasher()));
+    let stores = store.stores();
+    let gateway = Arc::new(Gateway::new(config, stores.clone(), key.hasher()));
 
     let passwords = Passwords::recommended();
-    let demo = seed_demo(&gateway, &key, &passwords)
+    let demo = seed_demo(&gateway, &stores, &key, &passwords)
         .await
         .map_err(|error| format!("cannot seed the demo data: {}", describe(&error)))?;
     // Never to the log: logs are copied, shipped and kept far more widely

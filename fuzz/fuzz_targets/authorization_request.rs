@@ -91,7 +91,7 @@ fuzz_target!(|data: &[u8]| {
                 request.redirect_uri()
             );
             assert!(request.state().is_none_or(|state| !state.is_empty()));
-            let denied = fixture.gateway.deny(&request);
+            let denied = fixture.gateway.answer(fixture.gateway.deny(&request));
             check_redirect(
                 &denied,
                 request.redirect_uri(),
@@ -100,7 +100,7 @@ fuzz_target!(|data: &[u8]| {
             );
         }
         Err(error) => {
-            let answer = error.to_answer();
+            let answer = fixture.gateway.answer(&error);
             assert_eq!(error.redirects(), answer.status == 302, "{error:?}");
             match &error {
                 DialogError::UnsupportedResponseType {

@@ -2,9 +2,8 @@
 //! format of `request.rs`, on the shared gateway or on a fresh one with
 //! live tokens.
 //!
-//! The target calls `revoke_token` and answers as `revoke` does, so that it
-//! knows which grant, if any, was revoked; on the shared gateway, which no
-//! input changes, it also calls `revoke` and requires the same answer.
+//! The target calls `revoke`, which says which grant, if any, was revoked,
+//! and answers it with `Gateway::answer`.
 //!
 //! Checks: never a panic; status 200, 400, 401 or 415 (never 422/503 from
 //! the in-memory stores); a JSON object body, no CR/LF in a header; no answer
@@ -17,7 +16,6 @@
 //! client refusals carry a Basic challenge exactly when Basic was sent.
 #![no_main]
 
-use conversion_gateway::revocation_answer;
 use conversion_gateway_fuzz::answer::{
     ENDPOINT_STATUSES, check_no_secret, json_object, sends_basic, text,
 };
@@ -37,15 +35,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let request = input.materialize(|name| fixture.value(name));
     let before = fixture.access_state();
-    let outcome = block_on(fixture.gateway.revoke_token(&request.parts()));
-    let answer = match &outcome {
-        Ok(_) => revocation_answer(),
-        Err(error) => error.to_answer(REALM),
-    };
-    if !setup.fresh {
-        let direct = block_on(fixture.gateway.revoke(&request.parts()));
-        assert_eq!(direct, answer, "revoke and revoke_token disagree");
-    }
+    let outcome = block_on(fixture.gateway.revoke(&request.parts()));
+    let answer = fixture.gateway.answer(&outcome);
 
     let body = json_object(&answer, &ENDPOINT_STATUSES, "revoke");
     check_no_secret(&answer, &request, &fixture.secrets(), "revoke");
@@ -59,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
                 || request.uses("other_client_secret")
                 || (setup.tokens && request.uses("access_token"));
             assert!(authenticated, "200 without credentials: {request:?}");
-            match revoked {
+            match revoked.revoked_grant {
                 Some(grant) => {
                     assert_eq!(
                         Some(grant),

@@ -36,7 +36,9 @@ fuzz_target!(|data: &[u8]| {
     };
     let request = input.materialize(|name| fixture.value(name));
     let before = setup.tokens.then(|| fixture.access_state());
-    let answer = block_on(fixture.gateway.token(&request.parts()));
+    let answer = fixture
+        .gateway
+        .answer(block_on(fixture.gateway.token(&request.parts())));
 
     let body = json_object(&answer, &ENDPOINT_STATUSES, "token");
     check_no_secret(&answer, &request, &fixture.secrets(), "token");

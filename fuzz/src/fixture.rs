@@ -155,17 +155,12 @@ impl Fixture {
             .authorization_request(&query)
             .await
             .expect("a valid dialog request");
-        let answer = self
+        let approval = self
             .gateway
             .approve(&request, self.account.id)
             .await
             .expect("approve");
-        let location = answer.header("location").expect("a redirect");
-        let (_, query) = location.split_once('?').expect("a query");
-        form_urlencoded::parse(query.as_bytes())
-            .find(|(name, _)| name == "code")
-            .map(|(_, code)| code.into_owned())
-            .expect("a code in the redirect")
+        approval.code().expose().to_owned()
     }
 
     /// Exchanges the code as a well-behaved client would.
@@ -179,13 +174,15 @@ impl Fixture {
             body["code_verifier"] = CODE_VERIFIER.into();
         }
         let body = body.to_string();
-        self.gateway
+        let outcome = self
+            .gateway
             .token(&RequestParts {
                 content_type: Some("application/json"),
                 body: body.as_bytes(),
                 ..RequestParts::default()
             })
-            .await
+            .await;
+        self.gateway.answer(outcome)
     }
 
     /// Exchanges the live code, keeping the tokens and their grant.

@@ -20,8 +20,12 @@ fn answer(target: &str, name: &str) -> (u16, String) {
     let request = input.materialize(|name| fixture.value(name));
     let answer = block_on(async {
         match target {
-            "token" => fixture.gateway.token(&request.parts()).await,
-            "revoke" => fixture.gateway.revoke(&request.parts()).await,
+            "token" => fixture
+                .gateway
+                .answer(fixture.gateway.token(&request.parts()).await),
+            "revoke" => fixture
+                .gateway
+                .answer(fixture.gateway.revoke(&request.parts()).await),
             _ => unreachable!("{target}"),
         }
     });

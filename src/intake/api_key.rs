@@ -7,7 +7,10 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{AccountId, ApiKey, RandomSource, SecretHash, SecretHasher, random_uuid};
+use crate::{
+    AccountId, AnswerContext, ApiKey, HttpAnswer, RandomSource, SecretHash, SecretHasher,
+    StoreError, ToHttpAnswer, random_uuid,
+};
 
 /// The identifier of an API key (not the key itself).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -54,6 +57,36 @@ impl ApiKeyRecord {
             created_at: now,
         };
         (record, key)
+    }
+}
+
+/// Why [`crate::Gateway::issue_api_key`] issued no key.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiKeyError {
+    /// The account already holds
+    /// [`crate::GatewayConfig::max_api_keys_per_account`] keys: switch one
+    /// off or delete one first.
+    #[error("the account already holds its maximum of {max} API keys")]
+    LimitReached {
+        /// The configured maximum.
+        max: usize,
+    },
+    /// The store failed; no key was issued.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// `409 API_KEY_LIMIT_REACHED` (the account's state, not the request, is in
+/// the way), or the store's answer. Exhaustive.
+impl ToHttpAnswer for ApiKeyError {
+    fn to_http_answer(&self, context: &AnswerContext<'_>) -> HttpAnswer {
+        match self {
+            ApiKeyError::LimitReached { .. } => {
+                HttpAnswer::error(409, "API_KEY_LIMIT_REACHED", &self.to_string())
+            }
+            ApiKeyError::Store(error) => error.to_http_answer(context),
+        }
     }
 }
 

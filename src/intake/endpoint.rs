@@ -1,5 +1,7 @@
-//! Conversion-event intake: API-key authentication (spec endpoint 5), the
-//! bearer routes, batches, and idempotent retries.
+//! The three event routes: `POST /platform/conversions` with an API key
+//! (from website forms), `POST /platform/events` and
+//! `/platform/events/batch` with a bearer token (from applications), with
+//! batches and idempotent retries.
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -7,9 +9,10 @@ use uuid::Uuid;
 
 use crate::request::{MediaType, Params, media_type};
 use crate::{
-    Account, ApiKey, ApiKeyId, BearerError, ConversionEvent, EventSubmission, Gateway, HttpAnswer,
-    IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome, RecordedEvent, RequestParts,
-    StoreError, ValidationErrors, random_uuid, validate_batch, validate_conversion,
+    Account, AnswerContext, ApiKey, ApiKeyId, BearerError, ConversionEvent, EventSubmission,
+    Gateway, HttpAnswer, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
+    RecordedEvent, RequestParts, StoreError, ToHttpAnswer, ValidationErrors, random_uuid,
+    validate_batch, validate_conversion,
 };
 
 /// The longest `Idempotency-Key` accepted, in bytes.
@@ -46,18 +49,19 @@ pub enum IntakeError {
     Store(#[from] StoreError),
 }
 
-impl IntakeError {
-    /// The HTTP answer. Exhaustive.
-    pub fn to_answer(&self, realm: &str) -> HttpAnswer {
+/// A 400, 401, 413, 415 or 422 with the service's error body, the bearer
+/// challenge, or the store's 503. Exhaustive.
+impl ToHttpAnswer for IntakeError {
+    fn to_http_answer(&self, context: &AnswerContext<'_>) -> HttpAnswer {
         let message = self.to_string();
         match self {
             IntakeError::InvalidApiKey => HttpAnswer::error(401, "UNAUTHORIZED", &message),
-            IntakeError::Bearer(error) => error.to_answer(realm),
+            IntakeError::Bearer(error) => error.to_http_answer(context),
             IntakeError::UnsupportedMediaType => {
                 HttpAnswer::error(415, "UNSUPPORTED_MEDIA_TYPE", &message)
             }
             IntakeError::MalformedQuery => HttpAnswer::error(400, "BAD_REQUEST", &message),
-            IntakeError::Invalid(errors) => HttpAnswer::json(errors.status(), errors.to_body()),
+            IntakeError::Invalid(errors) => errors.to_http_answer(context),
             IntakeError::InvalidIdempotencyKey => {
                 HttpAnswer::error(400, "INVALID_IDEMPOTENCY_KEY", &message)
             }
@@ -65,7 +69,7 @@ impl IntakeError {
             IntakeError::IdempotencyKeyReused => {
                 HttpAnswer::error(422, "IDEMPOTENCY_KEY_REUSED", &message)
             }
-            IntakeError::Store(error) => error.to_answer(),
+            IntakeError::Store(error) => error.to_http_answer(context),
         }
     }
 }
@@ -85,11 +89,19 @@ pub struct IntakeReceipt {
     pub dropped_attributes: Vec<String>,
 }
 
-impl IntakeReceipt {
-    /// `200 {"event_uuid": ...}` for a single event, or the batch answer
-    /// `{"event_batch_uuid": ..., "events": [{"event_uuid": ...}, ...]}`.
-    /// A replay carries `Idempotent-Replayed: true`.
-    pub fn to_answer(&self) -> HttpAnswer {
+/// Every error found, with its JSON path: 400, or 413 for a body over the
+/// size limit.
+impl ToHttpAnswer for ValidationErrors {
+    fn to_http_answer(&self, _: &AnswerContext<'_>) -> HttpAnswer {
+        HttpAnswer::json(self.status(), self.to_body())
+    }
+}
+
+/// `200 {"event_uuid": ...}` for a single event, or the batch answer
+/// `{"event_batch_uuid": ..., "events": [{"event_uuid": ...}, ...]}`. A
+/// replay carries `Idempotent-Replayed: true`.
+impl ToHttpAnswer for IntakeReceipt {
+    fn to_http_answer(&self, _: &AnswerContext<'_>) -> HttpAnswer {
         let body = match self.batch_uuid {
             Some(batch) => json!({
                 "event_batch_uuid": batch,
@@ -133,30 +145,6 @@ impl Route {
 }
 
 impl Gateway {
-    /// `POST /platform/conversions?api_key=KEY`: the whole route, answer
-    /// included.
-    pub async fn record_conversion(&self, request: &RequestParts<'_>) -> HttpAnswer {
-        self.answer(self.conversion_receipt(request).await)
-    }
-
-    /// `POST /platform/events` with `Authorization: Bearer`: the whole route.
-    pub async fn record_event(&self, request: &RequestParts<'_>) -> HttpAnswer {
-        self.answer(self.event_receipt(request).await)
-    }
-
-    /// `POST /platform/events/batch` with `Authorization: Bearer`: the
-    /// whole route. The batch is validated whole and recorded all or nothing.
-    pub async fn record_event_batch(&self, request: &RequestParts<'_>) -> HttpAnswer {
-        self.answer(self.batch_receipt(request).await)
-    }
-
-    fn answer(&self, result: Result<IntakeReceipt, IntakeError>) -> HttpAnswer {
-        match result {
-            Ok(receipt) => receipt.to_answer(),
-            Err(error) => error.to_answer(&self.config.realm()),
-        }
-    }
-
     /// The account an API key belongs to, if the key is known and switched
     /// on. The key is compared by its keyed hash, never stored or logged.
     ///
@@ -182,11 +170,14 @@ impl Gateway {
         Ok((account, record.id))
     }
 
-    /// `POST /platform/conversions?api_key=KEY`, typed.
+    /// `POST /platform/conversions?api_key=KEY`: one conversion from a
+    /// website form, authenticated by the account's public API key. Answer
+    /// the result with [`Gateway::answer`].
     ///
     /// # Errors
-    /// [`IntakeError`], answered with [`IntakeError::to_answer`].
-    pub async fn conversion_receipt(
+    /// [`IntakeError`]: the key, the content type, the body or the
+    /// `Idempotency-Key` was refused, or the store failed (nothing recorded).
+    pub async fn record_conversion(
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
@@ -202,11 +193,13 @@ impl Gateway {
             .await
     }
 
-    /// `POST /platform/events`, typed.
+    /// `POST /platform/events` with `Authorization: Bearer`: one event from
+    /// an application.
     ///
     /// # Errors
-    /// [`IntakeError`], answered with [`IntakeError::to_answer`].
-    pub async fn event_receipt(
+    /// As [`Gateway::record_conversion`], with the bearer token in place of
+    /// the API key.
+    pub async fn record_event(
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
@@ -215,11 +208,13 @@ impl Gateway {
             .await
     }
 
-    /// `POST /platform/events/batch`, typed.
+    /// `POST /platform/events/batch` with `Authorization: Bearer`: a JSON
+    /// array of events, validated whole and recorded all or nothing.
     ///
     /// # Errors
-    /// [`IntakeError`], answered with [`IntakeError::to_answer`].
-    pub async fn batch_receipt(
+    /// As [`Gateway::record_event`]; one invalid event refuses the batch,
+    /// and every error names its event's index.
+    pub async fn record_event_batch(
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {

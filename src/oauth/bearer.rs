@@ -3,10 +3,9 @@
 
 use serde_json::json;
 
+use crate::oauth::decisions::{AccessRefusal, check_access_token};
 use crate::request::{HeaderCredentials, parse_authorization};
-use crate::{
-    AccessRefusal, AccessToken, Caller, Gateway, HttpAnswer, StoreError, check_access_token,
-};
+use crate::{AccessToken, AnswerContext, Caller, Gateway, HttpAnswer, StoreError, ToHttpAnswer};
 
 /// Why a bearer token did not authenticate.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -26,11 +25,13 @@ pub enum BearerError {
     Store(#[from] StoreError),
 }
 
-impl BearerError {
-    /// The 401 answer, with the challenge clients read (COMPAT.md): they tell
-    /// an expired token from a bad one by the exact text
-    /// `error="expired_token"`. Exhaustive.
-    pub fn to_answer(&self, realm: &str) -> HttpAnswer {
+/// The 401 answer with an RFC 6750 section 3 challenge. The real service's
+/// clients tell an expired token from a bad one by the exact text
+/// `error="expired_token"` in `WWW-Authenticate` (and then refresh), so an
+/// expired token says so and nothing else does. Exhaustive.
+impl ToHttpAnswer for BearerError {
+    fn to_http_answer(&self, context: &AnswerContext<'_>) -> HttpAnswer {
+        let realm = context.realm();
         let (oauth_error, description) = match self {
             BearerError::Missing => ("invalid_request", "The request carries no bearer token"),
             BearerError::Invalid => (
@@ -38,7 +39,7 @@ impl BearerError {
                 "The access token is invalid or was revoked",
             ),
             BearerError::Expired => ("expired_token", "The access token expired"),
-            BearerError::Store(error) => return error.to_answer(),
+            BearerError::Store(error) => return error.to_http_answer(context),
         };
         HttpAnswer::json(
             401,
@@ -57,15 +58,20 @@ impl Gateway {
     /// Authenticates an API call by its `Authorization` header: who is
     /// calling, or why not. Hosts guard their own routes with it:
     ///
-    /// ```ignore
-    /// let caller = match gateway.authenticate_bearer(headers.authorization).await {
-    ///     Ok(caller) => caller,
-    ///     Err(error) => return error.to_answer(&gateway.config().realm()),
-    /// };
+    /// ```
+    /// # use conversion_gateway::{Gateway, HttpAnswer};
+    /// async fn my_route(gateway: &Gateway, authorization: Option<&str>) -> HttpAnswer {
+    ///     let caller = match gateway.authenticate_bearer(authorization).await {
+    ///         Ok(caller) => caller,
+    ///         Err(refused) => return gateway.answer(refused),
+    ///     };
+    ///     HttpAnswer::json(200, serde_json::json!({ "account": caller.account_id }))
+    /// }
     /// ```
     ///
     /// # Errors
-    /// [`BearerError`], answered with [`BearerError::to_answer`].
+    /// [`BearerError`]: no bearer token, an invalid or expired one, or the
+    /// store failed.
     pub async fn authenticate_bearer(
         &self,
         authorization: Option<&str>,

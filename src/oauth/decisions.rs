@@ -1,6 +1,8 @@
 //! The token lifecycle as pure decisions: each function takes the loaded
 //! records and `now`, and says what is allowed. No store, clock or random
 //! source is touched here; [`crate::Gateway`] loads, calls these, persists.
+//! Each refusal is a type of its own; the endpoint that asked turns it into
+//! the error its clients expect.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -11,7 +13,7 @@ use time::OffsetDateTime;
 use crate::{
     AccessToken, AccessTokenRecord, AccountId, ClientId, CodeRecord, GatewayConfig, GrantId,
     PkceChallenge, RefreshPolicy, RefreshState, RefreshToken, RefreshTokenRecord, SecretHash,
-    SecretHasher, TokenError,
+    SecretHasher,
 };
 
 /// The account, application and grant a token acts for: who is calling.
@@ -27,7 +29,7 @@ pub struct Caller {
 
 /// Whether `text` is a valid PKCE code verifier or S256 challenge: 43 to 128
 /// characters of RFC 3986's unreserved set (RFC 7636 sections 4.1 and 4.2).
-pub fn is_pkce_value(text: &str) -> bool {
+pub(crate) fn is_pkce_value(text: &str) -> bool {
     (43..=128).contains(&text.len())
         && text
             .bytes()
@@ -36,7 +38,7 @@ pub fn is_pkce_value(text: &str) -> bool {
 
 /// Whether `verifier` matches `challenge` under method S256 (RFC 7636
 /// section 4.6), compared in constant time.
-pub fn pkce_matches(challenge: &PkceChallenge, verifier: &str) -> bool {
+pub(crate) fn pkce_matches(challenge: &PkceChallenge, verifier: &str) -> bool {
     if !is_pkce_value(verifier) {
         return false;
     }
@@ -47,54 +49,79 @@ pub fn pkce_matches(challenge: &PkceChallenge, verifier: &str) -> bool {
         .into()
 }
 
+/// Why a code may not be exchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CodeRefusal {
+    /// Issued to another client (RFC 6749 section 4.1.3: "ensure that the
+    /// authorization code was issued to the authenticated confidential
+    /// client").
+    OtherClient,
+    /// `redirect_uri` was sent and is not the one the code was issued for
+    /// (section 4.1.3: "ensure that the redirect_uri parameter is present
+    /// if [it] was included in the initial authorization request ... and if
+    /// included ensure that their values are identical").
+    OtherRedirectUri,
+    /// `now` reached the code's expiry.
+    Expired,
+    /// The PKCE verifier is missing or wrong, or was sent for a code issued
+    /// without a challenge (RFC 9700 section 2.1.1: accepting it would let
+    /// an attacker downgrade PKCE away).
+    VerifierMismatch,
+}
+
 /// Decides whether a just-consumed code may be exchanged by `client` now.
-///
-/// # Errors
-/// - [`TokenError::InvalidCode`] if the code belongs to another client or
-///   `redirect_uri` was sent and differs from the one the code was issued for
-///   (RFC 6749 section 4.1.3);
-/// - [`TokenError::ExpiredCode`] once `now` reaches its expiry;
-/// - [`TokenError::InvalidCodeVerifier`] if the PKCE verifier is missing or
-///   wrong, or was sent for a code issued without a challenge (RFC 9700
-///   section 2.1.1: that would let an attacker downgrade PKCE away).
-pub fn check_code_exchange(
+pub(crate) fn check_code_exchange(
     code: &CodeRecord,
     client: &ClientId,
     redirect_uri: Option<&str>,
     code_verifier: Option<&str>,
     now: OffsetDateTime,
-) -> Result<(), TokenError> {
+) -> Result<(), CodeRefusal> {
     if code.client_id != *client {
-        return Err(TokenError::InvalidCode);
+        return Err(CodeRefusal::OtherClient);
     }
     if redirect_uri.is_some_and(|uri| uri != code.redirect_uri) {
-        return Err(TokenError::InvalidCode);
+        return Err(CodeRefusal::OtherRedirectUri);
     }
     if now >= code.expires_at {
-        return Err(TokenError::ExpiredCode);
+        return Err(CodeRefusal::Expired);
     }
     match (&code.pkce, code_verifier) {
         (None, None) => Ok(()),
         (Some(challenge), Some(verifier)) if pkce_matches(challenge, verifier) => Ok(()),
-        _ => Err(TokenError::InvalidCodeVerifier),
+        _ => Err(CodeRefusal::VerifierMismatch),
     }
 }
 
+/// Why a refresh token may not be used, whatever its rotation state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RefreshRefusal {
+    /// Its grant was revoked.
+    Revoked,
+    /// It was issued to another client (RFC 6749 section 6: "validate the
+    /// refresh token and ensure that it was issued to the authenticated
+    /// client").
+    OtherClient,
+    /// Its lifetime has passed.
+    Expired,
+}
+
 /// Decides whether a refresh token, as loaded, may be used by `client` now.
-/// Its rotation state is judged separately, by the token endpoint under the
-/// client's [`crate::RefreshPolicy`].
-///
-/// # Errors
-/// [`TokenError::InvalidRefreshToken`] if its grant is revoked, it belongs to
-/// another client (RFC 6749 section 6), or it has expired.
-pub fn check_refresh_token(
+/// Its rotation state is judged separately, by [`decide_refresh`] under the
+/// client's [`RefreshPolicy`].
+pub(crate) fn check_refresh_token(
     token: &RefreshTokenRecord,
     client: &ClientId,
     now: OffsetDateTime,
-) -> Result<(), TokenError> {
-    let expired = token.expires_at.is_some_and(|expires_at| now >= expires_at);
-    if token.revoked || token.client_id != *client || expired {
-        return Err(TokenError::InvalidRefreshToken);
+) -> Result<(), RefreshRefusal> {
+    if token.revoked {
+        return Err(RefreshRefusal::Revoked);
+    }
+    if token.client_id != *client {
+        return Err(RefreshRefusal::OtherClient);
+    }
+    if token.expires_at.is_some_and(|expires_at| now >= expires_at) {
+        return Err(RefreshRefusal::Expired);
     }
     Ok(())
 }
@@ -160,12 +187,12 @@ pub(crate) fn decide_refresh(
 }
 
 /// Whether a refresh token is still in its active state.
-pub fn is_active(token: &RefreshTokenRecord) -> bool {
+pub(crate) fn is_active(token: &RefreshTokenRecord) -> bool {
     matches!(token.state, RefreshState::Active)
 }
 
 /// The record of a new access token for `caller`, issued `now`.
-pub fn access_token_record(
+pub(crate) fn access_token_record(
     token: &AccessToken,
     caller: &Caller,
     now: OffsetDateTime,
@@ -185,7 +212,7 @@ pub fn access_token_record(
 
 /// The record of a new refresh token for `caller`, issued `now`, as the
 /// successor of `predecessor` (`None` for a grant's first token).
-pub fn refresh_token_record(
+pub(crate) fn refresh_token_record(
     token: &RefreshToken,
     predecessor: Option<SecretHash>,
     caller: &Caller,
@@ -209,7 +236,7 @@ pub fn refresh_token_record(
 /// Decides whether a loaded access token authenticates its bearer now.
 /// The token lives until `now` reaches `expires_at`: at exactly the lifetime
 /// it has expired.
-pub fn check_access_token(
+pub(crate) fn check_access_token(
     token: &AccessTokenRecord,
     now: OffsetDateTime,
 ) -> Result<Caller, AccessRefusal> {
@@ -228,7 +255,7 @@ pub fn check_access_token(
 
 /// Why a loaded access token does not authenticate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccessRefusal {
+pub(crate) enum AccessRefusal {
     /// Its grant was revoked.
     Revoked,
     /// Its lifetime has passed.
@@ -292,27 +319,27 @@ mod tests {
         assert!(check_code_exchange(&code(None), &app, None, None, NOW).is_ok());
         assert!(matches!(
             check_code_exchange(&code(None), &ClientId::new("other"), None, None, NOW),
-            Err(TokenError::InvalidCode)
+            Err(CodeRefusal::OtherClient)
         ));
         assert!(matches!(
             check_code_exchange(&code(None), &app, Some("https://evil.example"), None, NOW),
-            Err(TokenError::InvalidCode)
+            Err(CodeRefusal::OtherRedirectUri)
         ));
         let last_moment = NOW + Duration::minutes(10) - Duration::nanoseconds(1);
         assert!(check_code_exchange(&code(None), &app, None, None, last_moment).is_ok());
         assert!(matches!(
             check_code_exchange(&code(None), &app, None, None, NOW + Duration::minutes(10)),
-            Err(TokenError::ExpiredCode)
+            Err(CodeRefusal::Expired)
         ));
         let with_pkce = code(Some(CHALLENGE));
         assert!(check_code_exchange(&with_pkce, &app, None, Some(VERIFIER), NOW).is_ok());
         assert!(matches!(
             check_code_exchange(&with_pkce, &app, None, None, NOW),
-            Err(TokenError::InvalidCodeVerifier)
+            Err(CodeRefusal::VerifierMismatch)
         ));
         assert!(matches!(
             check_code_exchange(&code(None), &app, None, Some(VERIFIER), NOW),
-            Err(TokenError::InvalidCodeVerifier)
+            Err(CodeRefusal::VerifierMismatch)
         ));
     }
 
@@ -451,13 +478,24 @@ mod tests {
         let token = RefreshToken::generate(&SeededRandom::new(2));
         let record = refresh_token_record(&token, None, &caller(), NOW, &config, &hasher);
         let app = ClientId::new("app");
-        assert!(check_refresh_token(&record, &app, NOW).is_ok());
-        assert!(check_refresh_token(&record, &ClientId::new("other"), NOW).is_err());
-        assert!(check_refresh_token(&record, &app, NOW + Duration::days(30)).is_err());
+        assert_eq!(check_refresh_token(&record, &app, NOW), Ok(()));
+        let last_moment = NOW + Duration::days(30) - Duration::nanoseconds(1);
+        assert_eq!(check_refresh_token(&record, &app, last_moment), Ok(()));
+        assert_eq!(
+            check_refresh_token(&record, &ClientId::new("other"), NOW),
+            Err(RefreshRefusal::OtherClient)
+        );
+        assert_eq!(
+            check_refresh_token(&record, &app, NOW + Duration::days(30)),
+            Err(RefreshRefusal::Expired)
+        );
         let revoked = RefreshTokenRecord {
             revoked: true,
             ..record
         };
-        assert!(check_refresh_token(&revoked, &app, NOW).is_err());
+        assert_eq!(
+            check_refresh_token(&revoked, &app, NOW),
+            Err(RefreshRefusal::Revoked)
+        );
     }
 }

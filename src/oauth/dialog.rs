@@ -1,5 +1,6 @@
-//! The authorization dialog (spec endpoint 1): validating the request, and
-//! issuing a code or a refusal once the host has asked the user.
+//! The authorization dialog (RFC 6749 section 4.1.1): validating the
+//! request, and issuing a code or a refusal once the host has asked the
+//! user.
 //!
 //! The host owns the pages (login and consent). It calls
 //! [`Gateway::authorization_request`] with the dialog's query string on every
@@ -8,10 +9,11 @@
 
 use serde_json::json;
 
+use crate::oauth::decisions::is_pkce_value;
 use crate::request::Params;
 use crate::{
-    AccountId, AuthorizationCode, Client, ClientId, CodeRecord, Gateway, Grant, GrantId,
-    HttpAnswer, PkceChallenge, StoreError, is_pkce_value, random_uuid,
+    AccountId, AnswerContext, AuthorizationCode, Client, ClientId, CodeRecord, Gateway, Grant,
+    GrantId, HttpAnswer, PkceChallenge, StoreError, ToHttpAnswer, random_uuid,
 };
 
 /// A validated authorization request: the application is registered and
@@ -43,6 +45,54 @@ impl AuthorizationRequest {
     /// The `state` the application sent, echoed back on the redirect.
     pub fn state(&self) -> Option<&str> {
         self.state.as_deref()
+    }
+}
+
+/// The user allowed the application: the code issued, and where the
+/// browser goes next.
+#[derive(Debug)]
+pub struct Approval {
+    code: AuthorizationCode,
+    location: String,
+}
+
+impl Approval {
+    /// The single-use authorization code (a secret: its `Debug` is redacted).
+    pub fn code(&self) -> &AuthorizationCode {
+        &self.code
+    }
+
+    /// The redirect: the application's redirect URI with `code` and `state`.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+}
+
+/// `302 Found` to [`Approval::location`] (RFC 6749 section 4.1.2).
+impl ToHttpAnswer for Approval {
+    fn to_http_answer(&self, _: &AnswerContext<'_>) -> HttpAnswer {
+        HttpAnswer::redirect(self.location.as_str())
+    }
+}
+
+/// The user refused the application: where the browser goes next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    location: String,
+}
+
+impl Denial {
+    /// The redirect: the application's redirect URI with
+    /// `error=access_denied` and `state`.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+}
+
+/// `302 Found` to [`Denial::location`] (RFC 6749 section 4.1.2.1).
+impl ToHttpAnswer for Denial {
+    fn to_http_answer(&self, _: &AnswerContext<'_>) -> HttpAnswer {
+        HttpAnswer::redirect(self.location.as_str())
     }
 }
 
@@ -100,18 +150,25 @@ pub enum DialogError {
 
 impl DialogError {
     /// Whether the error is sent to the application by redirect (`true`) or
-    /// must be shown to the user (`false`).
+    /// must be shown to the user (`false`): RFC 6749 section 4.1.2.1, "If the
+    /// request fails due to a missing, invalid, or mismatching redirection
+    /// URI, or if the client identifier is missing or invalid, the
+    /// authorization server SHOULD inform the resource owner of the error and
+    /// MUST NOT automatically redirect the user-agent to the invalid
+    /// redirection URI".
     pub fn redirects(&self) -> bool {
         matches!(
             self,
             DialogError::UnsupportedResponseType { .. } | DialogError::InvalidPkce { .. }
         )
     }
+}
 
-    /// The HTTP answer: a JSON error for the host to show (hosts that render
-    /// HTML use [`Self::redirects`] and the `Display` text instead), or the
-    /// redirect to the application. Exhaustive.
-    pub fn to_answer(&self) -> HttpAnswer {
+/// A JSON error for the host to show (hosts that render HTML use
+/// [`DialogError::redirects`] and the `Display` text instead), or the
+/// redirect to the application. Exhaustive.
+impl ToHttpAnswer for DialogError {
+    fn to_http_answer(&self, context: &AnswerContext<'_>) -> HttpAnswer {
         let message = self.to_string();
         // Shown to the user, never redirected; `path` names a missing parameter.
         let shown = |status: u16, error_type: &str, oauth_error: &str, path: Option<&str>| {
@@ -170,7 +227,7 @@ impl DialogError {
                 ],
                 state.as_deref(),
             )),
-            DialogError::Store(error) => error.to_answer(),
+            DialogError::Store(error) => error.to_http_answer(context),
         }
     }
 }
@@ -291,17 +348,18 @@ impl Gateway {
     }
 
     /// The user (logged in as `account`) allowed the application: creates a
-    /// grant and a single-use code, and answers the redirect
-    /// `<redirect_uri>?code=<code>[&state=<state>]`. Authorizing again
-    /// creates a new grant; earlier ones stay until revoked.
+    /// grant and a single-use code, to be sent back by the redirect
+    /// `<redirect_uri>?code=<code>[&state=<state>]` (RFC 6749 section
+    /// 4.1.2). Authorizing again creates a new grant; earlier ones stay
+    /// until revoked.
     ///
     /// # Errors
-    /// The store's error (answer it with [`StoreError::to_answer`]).
+    /// The store's error; nothing usable was issued.
     pub async fn approve(
         &self,
         request: &AuthorizationRequest,
         account: AccountId,
-    ) -> Result<HttpAnswer, StoreError> {
+    ) -> Result<Approval, StoreError> {
         let now = self.clock.now();
         let grant = Grant {
             id: GrantId(random_uuid(&*self.random)),
@@ -323,24 +381,27 @@ impl Gateway {
         };
         self.stores.tokens.insert_grant(&grant).await?;
         self.stores.tokens.insert_code(&record).await?;
-        Ok(HttpAnswer::redirect(redirect_with(
+        let location = redirect_with(
             &request.redirect_uri,
             &[("code", code.expose())],
             request.state.as_deref(),
-        )))
+        );
+        Ok(Approval { code, location })
     }
 
-    /// The user refused: answers the redirect with `error=access_denied`
-    /// (RFC 6749 section 4.1.2.1) and the `state`.
-    pub fn deny(&self, request: &AuthorizationRequest) -> HttpAnswer {
-        HttpAnswer::redirect(redirect_with(
-            &request.redirect_uri,
-            &[
-                ("error", "access_denied"),
-                ("error_description", "the user denied access"),
-            ],
-            request.state.as_deref(),
-        ))
+    /// The user refused: the redirect with `error=access_denied` (RFC 6749
+    /// section 4.1.2.1) and the `state`.
+    pub fn deny(&self, request: &AuthorizationRequest) -> Denial {
+        Denial {
+            location: redirect_with(
+                &request.redirect_uri,
+                &[
+                    ("error", "access_denied"),
+                    ("error_description", "the user denied access"),
+                ],
+                request.state.as_deref(),
+            ),
+        }
     }
 }
 

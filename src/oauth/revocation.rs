@@ -1,12 +1,12 @@
-//! Token revocation (spec endpoint 4, RFC 7009): `POST /auth/revoke`.
+//! Token revocation (RFC 7009): `POST /auth/revoke`.
 
 use serde_json::json;
 
 use crate::oauth::token_endpoint::{params_error, presented_client};
 use crate::request::Params;
 use crate::{
-    AccessToken, BearerError, ClientId, Gateway, GrantId, HttpAnswer, RefreshToken, RequestParts,
-    TokenError,
+    AccessToken, AnswerContext, BearerError, ClientId, Gateway, GrantId, HttpAnswer, RefreshToken,
+    RequestParts, ToHttpAnswer, TokenError,
 };
 
 /// Why a revocation request was refused.
@@ -21,24 +21,36 @@ pub enum RevocationError {
     Bearer(#[from] BearerError),
 }
 
-impl RevocationError {
-    /// The HTTP answer. Exhaustive.
-    pub fn to_answer(&self, realm: &str) -> HttpAnswer {
+/// The token endpoint's answer or the bearer challenge. Exhaustive.
+impl ToHttpAnswer for RevocationError {
+    fn to_http_answer(&self, context: &AnswerContext<'_>) -> HttpAnswer {
         match self {
-            RevocationError::Request(error) => error.to_answer(realm),
-            RevocationError::Bearer(error) => error.to_answer(realm),
+            RevocationError::Request(error) => error.to_http_answer(context),
+            RevocationError::Bearer(error) => error.to_http_answer(context),
         }
     }
 }
 
-/// The answer to a revocation request that was accepted, whether or not it
-/// revoked anything (RFC 7009 section 2.2): `200` with `{}`, never cached.
-pub fn revocation_answer() -> HttpAnswer {
-    HttpAnswer::json(200, json!({})).with_header("cache-control", "no-store")
+/// A revocation request that was accepted, whether or not it revoked
+/// anything: RFC 7009 section 2.2 answers both the same way, so that a
+/// client cannot probe which tokens exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Revocation {
+    /// The grant that was revoked: `None` for an unknown token or one of
+    /// another client.
+    pub revoked_grant: Option<GrantId>,
+}
+
+/// `200` with `{}` (clients parse every 2xx body as JSON), never cached.
+impl ToHttpAnswer for Revocation {
+    fn to_http_answer(&self, _: &AnswerContext<'_>) -> HttpAnswer {
+        HttpAnswer::json(200, json!({})).with_header("cache-control", "no-store")
+    }
 }
 
 impl Gateway {
-    /// `POST /auth/revoke`: the whole endpoint, answer included.
+    /// `POST /auth/revoke` (RFC 7009).
     ///
     /// Body (form or JSON): `token`, an access or a refresh token, and an
     /// optional `token_type_hint` (`access_token` or `refresh_token`; other
@@ -46,24 +58,13 @@ impl Gateway {
     /// with client credentials (HTTP Basic or body), or with `Authorization:
     /// Bearer` as the spec shows. Revoking either token revokes the whole
     /// grant. An unknown token, or one of another client, is answered like a
-    /// success and revokes nothing (RFC 7009 section 2.2). Success is `200`
-    /// with `{}`, since clients parse every 2xx body as JSON.
-    pub async fn revoke(&self, request: &RequestParts<'_>) -> HttpAnswer {
-        match self.revoke_token(request).await {
-            Ok(_) => revocation_answer(),
-            Err(error) => error.to_answer(&self.config.realm()),
-        }
-    }
-
-    /// `POST /auth/revoke`, returning the revoked grant (if one was) for
-    /// hosts that build their own answer.
+    /// success and revokes nothing (RFC 7009 section 2.2). Answer the result
+    /// with [`Gateway::answer`].
     ///
     /// # Errors
-    /// [`RevocationError`], answered with [`RevocationError::to_answer`].
-    pub async fn revoke_token(
-        &self,
-        request: &RequestParts<'_>,
-    ) -> Result<Option<GrantId>, RevocationError> {
+    /// [`RevocationError`]: the request or the caller's credentials were
+    /// refused, or the store failed.
+    pub async fn revoke(&self, request: &RequestParts<'_>) -> Result<Revocation, RevocationError> {
         let params = Params::from_body(request.content_type, request.body).map_err(params_error)?;
         let token = params
             .get("token")
@@ -78,18 +79,24 @@ impl Gateway {
         };
         let refresh_first = params.get("token_type_hint") == Some("refresh_token");
         let Some((grant_id, owner)) = self.find_token_grant(token, refresh_first).await? else {
-            return Ok(None);
+            return Ok(Revocation {
+                revoked_grant: None,
+            });
         };
         if owner != caller_client {
             // RFC 7009 section 2.2: answered as a success, revokes nothing.
-            return Ok(None);
+            return Ok(Revocation {
+                revoked_grant: None,
+            });
         }
         self.stores
             .tokens
             .revoke_grant(grant_id, self.clock.now())
             .await
             .map_err(TokenError::from)?;
-        Ok(Some(grant_id))
+        Ok(Revocation {
+            revoked_grant: Some(grant_id),
+        })
     }
 
     /// The grant and client of an access or refresh token, searching the

@@ -3,13 +3,15 @@
 
 use serde_json::json;
 
-use crate::oauth::decisions::{RefreshDecision, decide_refresh};
+use crate::oauth::decisions::{
+    CodeRefusal, RefreshDecision, access_token_record, check_code_exchange, check_refresh_token,
+    decide_refresh, is_active, refresh_token_record,
+};
 use crate::request::{HeaderCredentials, Params, ParamsError, parse_authorization};
 use crate::{
-    AccessToken, AccessTokenRecord, AuthorizationCode, Caller, Client, ClientId, ClientSecret,
-    CodeLookup, CodeTake, Gateway, GrantId, HttpAnswer, RefreshToken, RefreshTokenRecord,
-    RequestParts, Rotation, SecretHash, StoreError, TokenError, access_token_record,
-    check_code_exchange, check_refresh_token, is_active, refresh_token_record,
+    AccessToken, AccessTokenRecord, AnswerContext, AuthorizationCode, Caller, Client, ClientId,
+    ClientSecret, CodeLookup, CodeTake, Gateway, GrantId, HttpAnswer, RefreshToken,
+    RefreshTokenRecord, RequestParts, Rotation, SecretHash, StoreError, ToHttpAnswer, TokenError,
 };
 
 /// A successful token answer.
@@ -26,11 +28,13 @@ pub struct TokenResponse {
     pub caller: Caller,
 }
 
-impl TokenResponse {
-    /// `200` with `access_token`, `refresh_token`, `expires_in` and
-    /// `token_type: "Bearer"` (which standard clients such as the Rust
-    /// `oauth2` crate require), never cached (RFC 6749 section 5.1).
-    pub fn to_answer(&self) -> HttpAnswer {
+/// `200` with `access_token`, `refresh_token`, `expires_in` and
+/// `token_type: "Bearer"` (which standard clients such as the Rust `oauth2`
+/// crate require), never cached (RFC 6749 section 5.1: "The authorization
+/// server MUST include the HTTP "Cache-Control" response header field with a
+/// value of "no-store" in any response containing tokens").
+impl ToHttpAnswer for TokenResponse {
+    fn to_http_answer(&self, _: &AnswerContext<'_>) -> HttpAnswer {
         HttpAnswer::json(
             200,
             json!({
@@ -187,26 +191,17 @@ fn grant_request(params: &Params, query: &Params) -> Result<GrantRequest, TokenE
 }
 
 impl Gateway {
-    /// `POST /auth/token`: the whole endpoint, answer included.
+    /// `POST /auth/token`: exchanges an authorization code (RFC 6749 section
+    /// 4.1.3) or a refresh token (section 6) for tokens.
     ///
-    /// Bodies may be JSON (as the spec shows) or a form (as standard OAuth
-    /// clients send); client credentials may be in the body or in HTTP Basic.
-    pub async fn token(&self, request: &RequestParts<'_>) -> HttpAnswer {
-        match self.token_response(request).await {
-            Ok(response) => response.to_answer(),
-            Err(error) => error.to_answer(&self.config.realm()),
-        }
-    }
-
-    /// `POST /auth/token`, returning the typed result for hosts that build
-    /// their own answer.
+    /// Bodies may be JSON (as the real service documents) or a form (as
+    /// standard OAuth clients send); client credentials may be in the body
+    /// or in HTTP Basic. Answer the result with [`Gateway::answer`].
     ///
     /// # Errors
-    /// [`TokenError`], answered with [`TokenError::to_answer`].
-    pub async fn token_response(
-        &self,
-        request: &RequestParts<'_>,
-    ) -> Result<TokenResponse, TokenError> {
+    /// [`TokenError`]: the request, the client or the grant was refused, or
+    /// the store failed.
+    pub async fn token(&self, request: &RequestParts<'_>) -> Result<TokenResponse, TokenError> {
         let params = Params::from_body(request.content_type, request.body).map_err(params_error)?;
         let query = Params::from_form(request.query.as_bytes()).map_err(params_error)?;
         let presented =
@@ -287,7 +282,11 @@ impl Gateway {
             {
                 return self.replayed_code(grant_id, now).await;
             }
-            return Err(refusal);
+            return Err(match refusal {
+                CodeRefusal::OtherClient | CodeRefusal::OtherRedirectUri => TokenError::InvalidCode,
+                CodeRefusal::Expired => TokenError::ExpiredCode,
+                CodeRefusal::VerifierMismatch => TokenError::InvalidCodeVerifier,
+            });
         }
         let caller = Caller {
             account_id: record.account_id,
@@ -413,7 +412,10 @@ impl Gateway {
             .find_refresh_token(hash)
             .await?
             .ok_or(TokenError::InvalidRefreshToken)?;
-        check_refresh_token(&record, &client.id, now)?;
+        // Revoked, another client's or expired: one answer for all, so that
+        // the answer tells a thief nothing about the token it holds.
+        check_refresh_token(&record, &client.id, now)
+            .map_err(|_refusal| TokenError::InvalidRefreshToken)?;
         Ok(record)
     }
 

@@ -2,13 +2,15 @@
 
 use serde_json::{Value, json};
 
-use crate::{HttpAnswer, StoreError};
+use crate::{AnswerContext, HttpAnswer, StoreError, ToHttpAnswer};
 
 /// Why the token endpoint refused a request.
 ///
-/// Each maps to the real service's `error_type` (COMPAT.md) and to RFC 6749
-/// section 5.2's `error`, both carried in the body so that the platform's
-/// own clients and standard OAuth libraries can read it.
+/// Each maps to the `error_type` of the real service this crate mirrors (the
+/// RD Station Marketing API: `CANNOT_BE_NULL`, `ACCESS_DENIED`,
+/// `EXPIRED_CODE_GRANT`, `INVALID_REFRESH_TOKEN`...) and to RFC 6749 section
+/// 5.2's `error`, both carried in the body so that the platform's own
+/// clients and standard OAuth libraries can read it.
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TokenError {
@@ -76,11 +78,12 @@ pub enum TokenError {
     Store(#[from] StoreError),
 }
 
-impl TokenError {
-    /// The HTTP answer, for a service whose challenge realm is `realm`
-    /// (`{base_url}/`). Exhaustive: a new variant does not compile until it
-    /// is mapped.
-    pub fn to_answer(&self, realm: &str) -> HttpAnswer {
+/// The answer: a 400, 401 or 415 with both error vocabularies in the body,
+/// never cached, with a challenge where clients expect one. Exhaustive: a
+/// new variant does not compile until it is mapped.
+impl ToHttpAnswer for TokenError {
+    fn to_http_answer(&self, context: &AnswerContext<'_>) -> HttpAnswer {
+        let realm = context.realm();
         let message = self.to_string();
         let (status, error_type, oauth_error, rules): (u16, &str, &str, Option<Value>) = match self
         {
@@ -111,7 +114,7 @@ impl TokenError {
             TokenError::InvalidRefreshToken => {
                 (401, "INVALID_REFRESH_TOKEN", "invalid_grant", None)
             }
-            TokenError::Store(error) => return error.to_answer(),
+            TokenError::Store(error) => return error.to_http_answer(context),
         };
         let mut body = json!({
             "error_type": error_type,
@@ -155,7 +158,9 @@ impl TokenError {
             | TokenError::Store(_) => answer,
         }
     }
+}
 
+impl TokenError {
     /// The request path of the offending field, where there is one.
     fn path(&self) -> Option<String> {
         match self {

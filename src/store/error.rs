@@ -3,13 +3,12 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use crate::HttpAnswer;
-
 /// A storage failure.
 ///
 /// Not finding a record is not an error (that is `Ok(None)`); this is the
-/// backend failing. The service answers it with 503 and a generic body:
-/// the detail kept in `source` is for the host's logs only.
+/// backend failing. The detail kept in `source` is for the host's logs
+/// only: the HTTP answer (503, or 422 for [`StoreError::Rejected`]) is
+/// generic.
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -67,27 +66,6 @@ impl StoreError {
             StoreError::Rejected { .. } => false,
         }
     }
-
-    /// The HTTP answer, with a generic message, so that no internal detail
-    /// reaches a client. A backend failure is 503 `SERVICE_UNAVAILABLE` with
-    /// `Retry-After`: nothing was acknowledged and a retry may succeed. Data
-    /// the backend refused is 422 `UNPROCESSABLE_ENTITY` without
-    /// `Retry-After`: a client that retried it would loop forever.
-    pub fn to_answer(&self) -> HttpAnswer {
-        match self {
-            StoreError::Backend { .. } | StoreError::Duplicate { .. } => HttpAnswer::error(
-                503,
-                "SERVICE_UNAVAILABLE",
-                "the service is temporarily unavailable, please retry",
-            )
-            .with_header("retry-after", "1"),
-            StoreError::Rejected { .. } => HttpAnswer::error(
-                422,
-                "UNPROCESSABLE_ENTITY",
-                "the request holds a value the service cannot store",
-            ),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -95,42 +73,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn store_errors_answer_503_without_detail() {
+    fn store_errors_keep_their_source_for_the_logs() {
         let error = StoreError::backend("insert an event", std::io::Error::other("disk on fire"));
-        let answer = error.to_answer();
-        assert_eq!(answer.status, 503);
-        assert_eq!(
-            answer.json_body().unwrap()["error_type"],
-            "SERVICE_UNAVAILABLE"
-        );
-        assert!(
-            !String::from_utf8(answer.body_bytes())
-                .unwrap()
-                .contains("disk")
-        );
         assert_eq!(
             error.to_string(),
             "storage backend failed while trying to insert an event"
         );
         assert!(std::error::Error::source(&error).is_some());
         assert!(error.is_retryable());
-    }
-
-    #[test]
-    fn rejected_data_answers_422_without_retry_after_or_detail() {
-        let error = StoreError::rejected("insert an event", std::io::Error::other("nul byte"));
-        let answer = error.to_answer();
-        assert_eq!(answer.status, 422);
-        assert_eq!(answer.header("retry-after"), None);
-        assert_eq!(
-            answer.json_body().unwrap()["error_type"],
-            "UNPROCESSABLE_ENTITY"
-        );
-        assert!(
-            !String::from_utf8(answer.body_bytes())
-                .unwrap()
-                .contains("nul")
-        );
-        assert!(!error.is_retryable());
+        let rejected = StoreError::rejected("insert an event", std::io::Error::other("nul byte"));
+        assert!(!rejected.is_retryable());
+        assert!(StoreError::Duplicate { what: "client" }.is_retryable());
     }
 }

@@ -17,6 +17,8 @@ pub const REDIRECT_WITH_QUERY: &str = "https://app.example/callback?tenant=7&lan
 
 pub struct Fixture {
     pub gateway: Arc<Gateway>,
+    /// The gateway's stores, to look at what an endpoint recorded.
+    pub stores: Stores,
     pub clock: Arc<ManualClock>,
     pub client: Client,
     pub secret: ClientSecret,
@@ -38,7 +40,7 @@ impl Fixture {
         let mut config = GatewayConfig::new(BASE_URL);
         adjust(&mut config);
         let clock = Arc::new(ManualClock::at_epoch_of_tests());
-        let gateway = Gateway::new(config, stores, SecretHasher::new([42; 32]))
+        let gateway = Gateway::new(config, stores.clone(), SecretHasher::new([42; 32]))
             .with_clock(clock.clone())
             .with_random(Arc::new(SeededRandom::new(2026)));
         let (client, secret) = gateway
@@ -66,6 +68,7 @@ impl Fixture {
             .await
             .expect("create account");
         Self {
+            stores,
             gateway: Arc::new(gateway),
             clock,
             client,
@@ -96,12 +99,14 @@ impl Fixture {
             .authorization_request(&self.dialog_query(extra))
             .await
             .expect("valid authorization request");
-        let answer = self
+        let approval = self
             .gateway
             .approve(&request, self.account.id)
             .await
             .expect("approve");
+        let answer = self.gateway.answer(&approval);
         assert_eq!(answer.status, 302);
+        assert_eq!(answer.header("location"), Some(approval.location()));
         redirect_params(&answer)
     }
 
@@ -136,7 +141,8 @@ impl Fixture {
         body: &[u8],
         query: &str,
     ) -> HttpAnswer {
-        self.gateway
+        let outcome = self
+            .gateway
             .token(&RequestParts {
                 query,
                 content_type,
@@ -144,7 +150,8 @@ impl Fixture {
                 idempotency_key: None,
                 body,
             })
-            .await
+            .await;
+        self.gateway.answer(outcome)
     }
 
     /// Exchanges a fresh code; returns (access_token, refresh_token).
@@ -187,7 +194,8 @@ impl Fixture {
     }
 
     pub async fn revoke(&self, authorization: Option<&str>, form: &str) -> HttpAnswer {
-        self.gateway
+        let outcome = self
+            .gateway
             .revoke(&RequestParts {
                 query: "",
                 content_type: Some("application/x-www-form-urlencoded"),
@@ -195,7 +203,8 @@ impl Fixture {
                 idempotency_key: None,
                 body: form.as_bytes(),
             })
-            .await
+            .await;
+        self.gateway.answer(outcome)
     }
 
     pub fn basic(&self) -> String {
