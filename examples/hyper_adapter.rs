@@ -1,8 +1,9 @@
 //! A second adapter: the token endpoint and the conversion endpoint on
 //! hyper 1 with no web framework, to show the glue a host with another HTTP
 //! stack writes. The core takes strings and bytes ([`RequestParts`]) and
-//! answers a status, header pairs and a body ([`HttpAnswer`]); the rest is
-//! routing and reading a capped body.
+//! answers a status, header pairs and a body ([`HttpAnswer`]); the `http`
+//! feature converts both to and from the `http` crate's types, so the rest
+//! is routing and reading a capped body.
 //!
 //! ```text
 //! cargo run --example hyper_adapter -- 127.0.0.1:8081
@@ -27,7 +28,7 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-/// The 0.2 MB cap of the conversion route (COMPAT.md), for both routes.
+/// The 0.2 MB cap of the conversion route, as the real service, for both.
 const BODY_LIMIT: usize = 200 * 1024;
 
 #[tokio::main]
@@ -66,62 +67,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-/// Routes a request to the core and converts its answer.
+/// Routes a request to the core; the `http` feature converts both ways.
 async fn handle(
     gateway: Arc<Gateway>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (head, body) = request.into_parts();
-    let route = head.uri.path();
-    if route != "/auth/token" && route != "/platform/conversions" {
-        return Ok(into_response(HttpAnswer::error(
-            404,
-            "NOT_FOUND",
-            "no such resource",
-        )));
-    }
-    if head.method != Method::POST {
-        let answer =
-            HttpAnswer::error(405, "METHOD_NOT_ALLOWED", "this method is not allowed here");
-        return Ok(into_response(answer.with_header("allow", "POST")));
-    }
-    let body = match Limited::new(body, BODY_LIMIT).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => {
-            return Ok(into_response(HttpAnswer::error(
-                413,
-                "BODY_TOO_LARGE",
-                "the request body is too large",
-            )));
+    let route = head.uri.path().to_owned();
+    let answer = if route != "/auth/token" && route != "/platform/conversions" {
+        HttpAnswer::error(404, "NOT_FOUND", "no such resource")
+    } else if head.method != Method::POST {
+        HttpAnswer::error(405, "METHOD_NOT_ALLOWED", "this method is not allowed here")
+            .with_header("allow", "POST")
+    } else {
+        match Limited::new(body, BODY_LIMIT).collect().await {
+            Err(_) => HttpAnswer::error(413, "BODY_TOO_LARGE", "the request body is too large"),
+            Ok(body) => {
+                let body = body.to_bytes();
+                let parts = RequestParts::from_http(&head, &body);
+                match route.as_str() {
+                    "/auth/token" => gateway.answer(gateway.token(&parts).await),
+                    _ => gateway.answer(gateway.record_conversion(&parts).await),
+                }
+            }
         }
     };
-    let header = |name: &str| head.headers.get(name).and_then(|value| value.to_str().ok());
-    let parts = RequestParts {
-        query: head.uri.query().unwrap_or_default(),
-        content_type: header("content-type"),
-        authorization: header("authorization"),
-        idempotency_key: header("idempotency-key"),
-        body: &body,
-    };
-    let answer = match route {
-        "/auth/token" => gateway.answer(gateway.token(&parts).await),
-        _ => gateway.answer(gateway.record_conversion(&parts).await),
-    };
-    Ok(into_response(answer))
-}
-
-/// A hyper response with the core's status, headers and body.
-fn into_response(answer: HttpAnswer) -> Response<Full<Bytes>> {
-    let mut builder = Response::builder().status(answer.status);
-    for (name, value) in &answer.headers {
-        builder = builder.header(name, value);
-    }
-    builder.body(Full::new(Bytes::from(answer.body_bytes()))).unwrap_or_else(|_| {
-        let mut response = Response::new(Full::new(Bytes::from_static(
-            br#"{"error_type":"INTERNAL_SERVER_ERROR","error_message":"the answer could not be sent"}"#,
-        )));
-        *response.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
-        response.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
-        response
-    })
+    Ok(Response::from(answer).map(|body: Vec<u8>| Full::new(Bytes::from(body))))
 }

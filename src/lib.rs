@@ -192,6 +192,13 @@ pub use store::{
     TokenStore,
 };
 
+// Adapters to the `http` crate's types and to axum.
+#[cfg(feature = "http")]
+mod http_types;
+
+#[cfg(feature = "axum")]
+pub mod axum;
+
 /// The README's code blocks, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -1,0 +1,116 @@
+//! Extractors of the request parts the core reads, with the route's body
+//! limit applied while the body is read.
+
+use std::sync::Arc;
+
+use ::axum::body::{Body, Bytes};
+use ::axum::extract::{FromRef, FromRequest, Request};
+use http_body_util::LengthLimitError;
+
+use crate::axum::OAUTH_BODY_LIMIT;
+use crate::{Gateway, HttpAnswer, RequestParts, ValidationErrors};
+
+/// A request to the token or revocation endpoint: its head and its body,
+/// read up to [`OAUTH_BODY_LIMIT`] bytes.
+///
+/// A larger body is answered `413 BODY_TOO_LARGE` (JSON) before more of it
+/// is read.
+#[derive(Debug)]
+pub struct OAuthRequest {
+    head: http::request::Parts,
+    body: Bytes,
+}
+
+impl OAuthRequest {
+    /// The parts for [`Gateway::token`] and [`Gateway::revoke`].
+    pub fn parts(&self) -> RequestParts<'_> {
+        RequestParts::from_http(&self.head, &self.body)
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for OAuthRequest {
+    type Rejection = HttpAnswer;
+
+    async fn from_request(request: Request, _: &S) -> Result<Self, HttpAnswer> {
+        let (head, body) = request.into_parts();
+        let body = read_body(body, OAUTH_BODY_LIMIT)
+            .await
+            .map_err(|refusal| match refusal {
+                BodyRefusal::TooLarge => {
+                    HttpAnswer::error(413, "BODY_TOO_LARGE", "the request body is too large")
+                }
+                BodyRefusal::Unreadable => unreadable(),
+            })?;
+        Ok(Self { head, body })
+    }
+}
+
+/// A request to an event route: its head and its body, read up to the
+/// gateway's [`crate::ConversionLimits::max_body_bytes`] (200 KB, as the
+/// real service).
+///
+/// A larger body is answered with the validator's own 413 body, the one it
+/// gives for the same limit, so a client sees one shape whichever layer
+/// refused the body. Needs the state to hold the `Arc<Gateway>`.
+#[derive(Debug)]
+pub struct EventRequest {
+    head: http::request::Parts,
+    body: Bytes,
+}
+
+impl EventRequest {
+    /// The parts for [`Gateway::record_conversion`], [`Gateway::record_event`]
+    /// and [`Gateway::record_event_batch`].
+    pub fn parts(&self) -> RequestParts<'_> {
+        RequestParts::from_http(&self.head, &self.body)
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for EventRequest
+where
+    Arc<Gateway>: FromRef<S>,
+{
+    type Rejection = HttpAnswer;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, HttpAnswer> {
+        let limit = Arc::<Gateway>::from_ref(state)
+            .config()
+            .conversion_limits
+            .max_body_bytes;
+        let (head, body) = request.into_parts();
+        let body = read_body(body, limit)
+            .await
+            .map_err(|refusal| match refusal {
+                BodyRefusal::TooLarge => {
+                    let errors = ValidationErrors::body_too_large(limit);
+                    HttpAnswer::json(errors.status(), errors.to_body())
+                }
+                BodyRefusal::Unreadable => unreadable(),
+            })?;
+        Ok(Self { head, body })
+    }
+}
+
+/// Why a body was not read.
+enum BodyRefusal {
+    /// Longer than the limit (by its `Content-Length` or as it streamed).
+    TooLarge,
+    /// The connection failed or the framing was invalid.
+    Unreadable,
+}
+
+/// The whole body, if it is at most `limit` bytes; stops reading as soon as
+/// it is known to be longer.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyRefusal> {
+    ::axum::body::to_bytes(body, limit).await.map_err(|error| {
+        if error.into_inner().downcast::<LengthLimitError>().is_ok() {
+            BodyRefusal::TooLarge
+        } else {
+            BodyRefusal::Unreadable
+        }
+    })
+}
+
+fn unreadable() -> HttpAnswer {
+    HttpAnswer::error(400, "BAD_REQUEST", "the request body could not be read")
+}

@@ -1,0 +1,72 @@
+//! Answers as axum responses, and the service's JSON shape for the errors
+//! axum and tower answer themselves.
+
+use ::axum::body::Body;
+use ::axum::extract::Request;
+use ::axum::middleware::Next;
+use ::axum::response::{IntoResponse, Response};
+use http::{StatusCode, header};
+
+use crate::HttpAnswer;
+
+/// The answer's status, headers and JSON body.
+impl IntoResponse for HttpAnswer {
+    fn into_response(self) -> Response {
+        http::Response::<Vec<u8>>::from(self)
+            .map(Body::from)
+            .into_response()
+    }
+}
+
+/// Middleware (for [`axum::middleware::from_fn`](::axum::middleware::from_fn))
+/// that turns every error answer that is neither JSON nor an HTML page (axum's
+/// own 404, 405, 413 and 415, a timeout's 503, a panic's 500) into the
+/// service's JSON error, `{"error_type", "error_message"}`, keeping the
+/// original status and headers (`Allow` on a 405). The real service's
+/// clients parse every error body as JSON; an empty or plain-text one
+/// crashes them.
+pub async fn json_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let media_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    if media_type.starts_with("application/json") || media_type.starts_with("text/html") {
+        return response;
+    }
+    let (error_type, message) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => ("METHOD_NOT_ALLOWED", "this method is not allowed here"),
+        StatusCode::PAYLOAD_TOO_LARGE => ("BODY_TOO_LARGE", "the request body is too large"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+            "UNSUPPORTED_MEDIA_TYPE",
+            "the content type is not supported here",
+        ),
+        StatusCode::NOT_FOUND => ("NOT_FOUND", "no such resource"),
+        StatusCode::SERVICE_UNAVAILABLE => (
+            "SERVICE_UNAVAILABLE",
+            "the service is temporarily unavailable, please retry",
+        ),
+        _ if status.is_server_error() => (
+            "INTERNAL_SERVER_ERROR",
+            "the service failed to answer this request",
+        ),
+        _ => ("BAD_REQUEST", "the request could not be handled"),
+    };
+    let mut answer = HttpAnswer::error(status.as_u16(), error_type, message);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        answer = answer.with_header("retry-after", "1");
+    }
+    let (mut head, _) = response.into_parts();
+    head.headers.remove(header::CONTENT_TYPE);
+    head.headers.remove(header::CONTENT_LENGTH);
+    let mut json = answer.into_response();
+    for (name, value) in &head.headers {
+        json.headers_mut().append(name.clone(), value.clone());
+    }
+    json
+}

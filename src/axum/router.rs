@@ -1,0 +1,117 @@
+//! Every JSON route of the service as one axum router.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::axum::Router;
+use ::axum::extract::State;
+use ::axum::middleware;
+use ::axum::routing::post;
+use http::{HeaderName, Method, StatusCode, header};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{Any, CorsLayer};
+use tower_http::timeout::TimeoutLayer;
+
+use crate::axum::{EventRequest, OAuthRequest, json_errors};
+use crate::{Gateway, HttpAnswer, ToHttpAnswer};
+
+/// The largest body of the token and revocation endpoints: a few short
+/// fields, so 16 KiB is generous.
+pub const OAUTH_BODY_LIMIT: usize = 16 * 1024;
+
+/// How long one request may take before it is answered 503 with
+/// `Retry-After`; it also bounds how long a graceful shutdown waits.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The token, revocation and event routes, on `gateway`.
+///
+/// Generic over the state `S` of the host's router, so that it merges into
+/// it (`host_routes.merge(router(gateway))`). A failure the client is told
+/// only "503" about is logged (`tracing`, level error) with its causes.
+pub fn router<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router<S> {
+    // Website forms post conversions from any origin, so this route (and
+    // only it) answers CORS. No cookie is involved: the API key is in the
+    // query string, so `*` is safe.
+    let cors = CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([Method::POST])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            HeaderName::from_static("idempotency-key"),
+        ])
+        .expose_headers([HeaderName::from_static("idempotent-replayed")])
+        .max_age(Duration::from_secs(86_400));
+    Router::new()
+        .route("/auth/token", post(token))
+        .route("/auth/revoke", post(revoke))
+        .route(
+            "/platform/conversions",
+            post(conversion).layer::<_, Infallible>(cors),
+        )
+        .route("/platform/events", post(event))
+        .route("/platform/events/batch", post(batch))
+        .fallback(not_found)
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            REQUEST_TIMEOUT,
+        ))
+        .layer(middleware::from_fn(json_errors))
+        .layer(CatchPanicLayer::custom(|_panic| {
+            ::axum::response::IntoResponse::into_response(HttpAnswer::error(
+                500,
+                "INTERNAL_SERVER_ERROR",
+                "the service failed to answer this request",
+            ))
+        }))
+        .with_state(gateway)
+}
+
+/// The state of the routes: the gateway itself.
+type Shared = State<Arc<Gateway>>;
+
+async fn token(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
+    settle(&gateway, gateway.token(&request.parts()).await)
+}
+
+async fn revoke(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
+    settle(&gateway, gateway.revoke(&request.parts()).await)
+}
+
+async fn conversion(State(gateway): Shared, request: EventRequest) -> HttpAnswer {
+    settle(&gateway, gateway.record_conversion(&request.parts()).await)
+}
+
+async fn event(State(gateway): Shared, request: EventRequest) -> HttpAnswer {
+    settle(&gateway, gateway.record_event(&request.parts()).await)
+}
+
+async fn batch(State(gateway): Shared, request: EventRequest) -> HttpAnswer {
+    settle(&gateway, gateway.record_event_batch(&request.parts()).await)
+}
+
+async fn not_found() -> HttpAnswer {
+    HttpAnswer::error(404, "NOT_FOUND", "no such resource")
+}
+
+/// The answer to `result`, logging a server-side failure with its causes:
+/// the client is told only "try again", the operator needs the reason.
+fn settle<T, E>(gateway: &Gateway, result: Result<T, E>) -> HttpAnswer
+where
+    T: ToHttpAnswer,
+    E: ToHttpAnswer + std::error::Error,
+{
+    let answer = gateway.answer(&result);
+    if let Err(error) = &result
+        && answer.status >= 500
+    {
+        let mut causes = Vec::new();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            causes.push(cause.to_string());
+            source = cause.source();
+        }
+        tracing::error!(error = %error, causes = ?causes, "request failed");
+    }
+    answer
+}
