@@ -1,12 +1,10 @@
 //! Conversion-event intake: API keys, the bearer and batch routes,
 //! all-or-nothing batches, idempotent retries, and failures.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
 use conversion_gateway::{ApiKeyError, HttpAnswer, RequestParts, Stores};
+use conversion_gateway_testkit::*;
 use serde_json::{Value, json};
 use uuid::Uuid;
 

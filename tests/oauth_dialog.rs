@@ -1,9 +1,7 @@
 //! The authorization dialog (spec endpoint 1) and PKCE.
 
-mod common;
-
-use common::*;
 use conversion_gateway::DialogError;
+use conversion_gateway_testkit::*;
 use serde_json::json;
 
 #[tokio::test]

@@ -1,12 +1,10 @@
 //! The token lifecycle over time: expiry, refresh, rotation, reuse
 //! detection, the grace window and the reuse policy.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
 use conversion_gateway::{BearerError, RefreshPolicy};
+use conversion_gateway_testkit::*;
 use time::Duration;
 
 #[tokio::test]

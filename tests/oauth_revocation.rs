@@ -1,9 +1,7 @@
 //! Revocation (spec endpoint 4) and bearer authentication.
 
-mod common;
-
-use common::*;
 use conversion_gateway::{BearerError, RequestParts};
+use conversion_gateway_testkit::*;
 use serde_json::json;
 use time::Duration;
 

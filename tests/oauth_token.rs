@@ -1,12 +1,10 @@
 //! Token issue (spec endpoint 2): bodies, client authentication, codes, and
 //! the exact errors.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
 use conversion_gateway::Stores;
+use conversion_gateway_testkit::*;
 use serde_json::json;
 use time::Duration;
 

@@ -8,8 +8,6 @@
 //! parallel and repeatedly against one database.
 #![cfg(all(feature = "test-util", feature = "postgres"))]
 
-mod common;
-
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -637,7 +635,7 @@ async fn a_closed_pool_is_a_backend_error_never_a_panic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_default_refresh_policy_serves_both_kinds_of_client() {
-    use common::refresh_scenarios::{SCENARIOS, scenario};
+    use conversion_gateway_testkit::refresh_scenarios::{SCENARIOS, scenario};
     // A schema per scenario: every fixture registers the same seeded apps.
     for n in 0..SCENARIOS {
         in_schema(move |schema| async move {
@@ -649,7 +647,11 @@ async fn the_default_refresh_policy_serves_both_kinds_of_client() {
                 api_keys: store.clone(),
                 events: store,
             };
-            scenario(n, common::Fixture::with_stores(stores, |_| {}).await).await;
+            scenario(
+                n,
+                conversion_gateway_testkit::Fixture::with_stores(stores, |_| {}).await,
+            )
+            .await;
         })
         .await;
     }

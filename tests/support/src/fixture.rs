@@ -1,0 +1,259 @@
+//! A gateway on in-memory stores, a manual clock and a seeded random
+//! source, with one registered app, a second app and one account; and the
+//! calls a client makes, answered as HTTP.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use conversion_gateway::{
+    Account, Client, ClientRegistration, ClientSecret, Gateway, GatewayConfig, HttpAnswer,
+    ManualClock, RequestParts, SecretHasher, SeededRandom, Stores,
+};
+use serde_json::{Value, json};
+
+pub const BASE_URL: &str = "https://api.example.test";
+pub const REDIRECT_URI: &str = "https://app.example/callback";
+pub const REDIRECT_WITH_QUERY: &str = "https://app.example/callback?tenant=7&lang=pt";
+
+pub struct Fixture {
+    pub gateway: Arc<Gateway>,
+    /// The gateway's stores, to look at what an endpoint recorded.
+    pub stores: Stores,
+    pub clock: Arc<ManualClock>,
+    pub client: Client,
+    pub secret: ClientSecret,
+    pub other_client: Client,
+    pub other_secret: ClientSecret,
+    pub account: Account,
+}
+
+impl Fixture {
+    pub async fn new() -> Self {
+        Self::with_config(|_| {}).await
+    }
+
+    pub async fn with_config(adjust: impl FnOnce(&mut GatewayConfig)) -> Self {
+        Self::with_stores(Stores::in_memory(), adjust).await
+    }
+
+    pub async fn with_stores(stores: Stores, adjust: impl FnOnce(&mut GatewayConfig)) -> Self {
+        let mut config = GatewayConfig::new(BASE_URL);
+        adjust(&mut config);
+        let clock = Arc::new(ManualClock::at_epoch_of_tests());
+        let gateway = Gateway::new(config, stores.clone(), SecretHasher::new([42; 32]))
+            .with_clock(clock.clone())
+            .with_random(Arc::new(SeededRandom::new(2026)));
+        let (client, secret) = gateway
+            .register_client(ClientRegistration::new(
+                "Lead Sync",
+                [REDIRECT_URI, REDIRECT_WITH_QUERY],
+            ))
+            .await
+            .expect("register client");
+        let (other_client, other_secret) = gateway
+            .register_client(ClientRegistration::new(
+                "Other App",
+                ["https://other.example/cb"],
+            ))
+            .await
+            .expect("register other client");
+        let mut account = Account::new(
+            "Acme Marketing",
+            "owner@acme.example",
+            &SeededRandom::new(1),
+        );
+        account.custom_fields = vec!["plan".into(), "source".into()];
+        gateway
+            .create_account(&account)
+            .await
+            .expect("create account");
+        Self {
+            stores,
+            gateway: Arc::new(gateway),
+            clock,
+            client,
+            secret,
+            other_client,
+            other_secret,
+            account,
+        }
+    }
+
+    pub fn realm(&self) -> String {
+        format!("{BASE_URL}/")
+    }
+
+    /// The dialog's query string for this fixture's app.
+    pub fn dialog_query(&self, extra: &str) -> String {
+        let redirect = form_urlencoded::byte_serialize(REDIRECT_URI.as_bytes()).collect::<String>();
+        format!(
+            "client_id={}&redirect_uri={redirect}{extra}",
+            self.client.id
+        )
+    }
+
+    /// Runs the dialog (allowing access) and returns the redirect's query.
+    pub async fn authorize(&self, extra: &str) -> Vec<(String, String)> {
+        let request = self
+            .gateway
+            .authorization_request(&self.dialog_query(extra))
+            .await
+            .expect("valid authorization request");
+        let approval = self
+            .gateway
+            .approve(&request, self.account.id)
+            .await
+            .expect("approve");
+        let answer = self.gateway.answer(&approval);
+        assert_eq!(answer.status, 302);
+        assert_eq!(answer.header("location"), Some(approval.location()));
+        redirect_params(&answer)
+    }
+
+    pub async fn code(&self) -> String {
+        param(&self.authorize("").await, "code").expect("code in redirect")
+    }
+
+    pub async fn token_json(&self, body: Value) -> HttpAnswer {
+        self.token_with(
+            Some("application/json"),
+            None,
+            body.to_string().as_bytes(),
+            "",
+        )
+        .await
+    }
+
+    pub async fn token_form(&self, form: &str, authorization: Option<&str>) -> HttpAnswer {
+        self.token_with(
+            Some("application/x-www-form-urlencoded"),
+            authorization,
+            form.as_bytes(),
+            "",
+        )
+        .await
+    }
+
+    pub async fn token_with(
+        &self,
+        content_type: Option<&str>,
+        authorization: Option<&str>,
+        body: &[u8],
+        query: &str,
+    ) -> HttpAnswer {
+        let outcome = self
+            .gateway
+            .token(&RequestParts {
+                query,
+                content_type,
+                authorization,
+                idempotency_key: None,
+                body,
+            })
+            .await;
+        self.gateway.answer(outcome)
+    }
+
+    /// Exchanges a fresh code; returns (access_token, refresh_token).
+    pub async fn tokens(&self) -> (String, String) {
+        let code = self.code().await;
+        let answer = self
+            .token_json(json!({
+                "client_id": self.client.id, "client_secret": self.secret.expose(), "code": code,
+            }))
+            .await;
+        assert_eq!(answer.status, 200, "{:?}", answer.json_body());
+        let body = answer.json_body().expect("json").clone();
+        (
+            body["access_token"]
+                .as_str()
+                .expect("access_token")
+                .to_owned(),
+            body["refresh_token"]
+                .as_str()
+                .expect("refresh_token")
+                .to_owned(),
+        )
+    }
+
+    pub async fn refresh(&self, refresh_token: &str) -> HttpAnswer {
+        self.token_json(json!({
+            "client_id": self.client.id, "client_secret": self.secret.expose(),
+            "refresh_token": refresh_token,
+        }))
+        .await
+    }
+
+    pub async fn bearer(
+        &self,
+        access_token: &str,
+    ) -> Result<conversion_gateway::Caller, conversion_gateway::BearerError> {
+        self.gateway
+            .authenticate_bearer(Some(&format!("Bearer {access_token}")))
+            .await
+    }
+
+    pub async fn revoke(&self, authorization: Option<&str>, form: &str) -> HttpAnswer {
+        let outcome = self
+            .gateway
+            .revoke(&RequestParts {
+                query: "",
+                content_type: Some("application/x-www-form-urlencoded"),
+                authorization,
+                idempotency_key: None,
+                body: form.as_bytes(),
+            })
+            .await;
+        self.gateway.answer(outcome)
+    }
+
+    pub fn basic(&self) -> String {
+        basic(self.client.id.as_str(), self.secret.expose())
+    }
+}
+
+pub fn basic(id: &str, secret: &str) -> String {
+    let encode = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    let pair = format!("{}:{}", encode(id), encode(secret));
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+pub fn redirect_params(answer: &HttpAnswer) -> Vec<(String, String)> {
+    let location = answer.header("location").expect("location header");
+    let query = location.split_once('?').map(|(_, q)| q).unwrap_or("");
+    form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect()
+}
+
+pub fn param(params: &[(String, String)], name: &str) -> Option<String> {
+    params
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
+}
+
+pub fn body(answer: &HttpAnswer) -> Value {
+    answer.json_body().cloned().unwrap_or(Value::Null)
+}
+
+/// Asserts a JSON error answer's status and `error_type`.
+#[track_caller]
+pub fn assert_error(answer: &HttpAnswer, status: u16, error_type: &str) {
+    assert_eq!(answer.status, status, "{:?}", answer.json_body());
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    assert_eq!(
+        body(answer)["error_type"],
+        error_type,
+        "{:?}",
+        answer.json_body()
+    );
+    assert!(
+        body(answer)["error_message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+}

@@ -1,0 +1,14 @@
+//! The helpers conversion-gateway's integration tests share, in one place:
+//! each test binary (`tests/oauth`, `tests/intake`, `tests/store`,
+//! `tests/server`) depends on this crate instead of carrying copies.
+
+mod events;
+mod fixture;
+pub mod refresh_scenarios;
+mod stores;
+mod temp_dir;
+
+pub use events::conversion_body;
+pub use fixture::*;
+pub use stores::{DownStore, FlakyTokens};
+pub use temp_dir::TempDir;
