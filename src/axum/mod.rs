@@ -41,3 +41,6 @@ pub use bearer::Bearer;
 pub use extract::{EventRequest, OAuthRequest};
 pub use respond::json_errors;
 pub use router::{OAUTH_BODY_LIMIT, REQUEST_TIMEOUT, router};
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,4 @@
-//! The token endpoint (spec endpoints 2 and 3): `POST /auth/token` exchanges
+//! The token endpoint (RFC 6749 sections 4.1.3 and 6): `POST /auth/token` exchanges
 //! a code for tokens, or a refresh token for new ones.
 
 use serde_json::json;
@@ -82,7 +82,9 @@ pub(crate) fn params_error(error: ParamsError) -> TokenError {
 /// The client credentials of a request: HTTP Basic (RFC 6749 section 2.3.1)
 /// or `client_id`/`client_secret` in the body. Both may be sent if they agree.
 /// A Bearer header is not client authentication and is ignored: some clients
-/// send their access token on every request, this one included (COMPAT.md).
+/// send their access token on every request, this one included (the real
+/// service's official Ruby client adds `Authorization: Bearer` to all its
+/// calls).
 ///
 /// Returns `Ok(None)` when neither was sent.
 pub(crate) fn presented_client(

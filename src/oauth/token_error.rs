@@ -135,7 +135,8 @@ impl ToHttpAnswer for TokenError {
             TokenError::InvalidClient { basic: true } => {
                 answer.with_header("www-authenticate", format!("Basic realm=\"{realm}\""))
             }
-            // The spec's exact challenge for a bad refresh token, also given
+            // The real service's exact challenge for a bad refresh token
+            // (`Bearer realm=..., error="invalid_grant", error_description=...`), also given
             // for the other invalid_grant cases so clients need one rule.
             // Never `expired_token` here: clients read that as "refresh".
             TokenError::InvalidCode

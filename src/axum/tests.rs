@@ -1,0 +1,258 @@
+//! The axum adapter in-process: the extractors' limits, the bearer guard,
+//! the router's own JSON answers.
+
+use std::sync::Arc;
+
+use ::axum::Router;
+use ::axum::body::{Body, to_bytes};
+use ::axum::routing::get;
+use http::{Request, StatusCode};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+use super::*;
+use crate::{
+    Account, ClientRegistration, Gateway, GatewayConfig, ManualClock, RequestParts, SecretHasher,
+    SeededRandom, Stores,
+};
+
+fn gateway(clock: Arc<ManualClock>) -> Arc<Gateway> {
+    Arc::new(
+        Gateway::new(
+            GatewayConfig::new("https://api.example"),
+            Stores::in_memory(),
+            SecretHasher::new([5; 32]),
+        )
+        .with_clock(clock)
+        .with_random(Arc::new(SeededRandom::new(5))),
+    )
+}
+
+/// An access token of a fresh grant, and the account it acts for.
+async fn access_token(gateway: &Gateway) -> (String, Account) {
+    let account = Account::new("Acme", "owner@acme.example", &SeededRandom::new(6));
+    gateway.create_account(&account).await.unwrap();
+    let (app, secret) = gateway
+        .register_client(ClientRegistration::new("App", ["https://app.example/cb"]))
+        .await
+        .unwrap();
+    let query = format!("client_id={}&redirect_uri=https://app.example/cb", app.id);
+    let request = gateway.authorization_request(&query).await.unwrap();
+    let approval = gateway.approve(&request, account.id).await.unwrap();
+    let body = json!({
+        "client_id": app.id, "client_secret": secret.expose(), "code": approval.code().expose(),
+    })
+    .to_string();
+    let tokens = gateway
+        .token(&RequestParts {
+            content_type: Some("application/json"),
+            body: body.as_bytes(),
+            ..RequestParts::default()
+        })
+        .await
+        .unwrap();
+    (tokens.access_token.expose().to_owned(), account)
+}
+
+async fn send(app: Router, request: Request<Body>) -> (StatusCode, http::HeaderMap, Value) {
+    let response = app.oneshot(request).await.unwrap();
+    let (head, body) = response.into_parts();
+    let bytes = to_bytes(body, usize::MAX).await.unwrap();
+    let json = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&bytes)))
+    };
+    (head.status, head.headers, json)
+}
+
+fn post(path: &str, content_type: &str, body: impl Into<Body>) -> Request<Body> {
+    Request::post(path)
+        .header("content-type", content_type)
+        .body(body.into())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_bearer_guard_lets_valid_tokens_through_and_challenges_the_rest() {
+    let clock = Arc::new(ManualClock::at_epoch_of_tests());
+    let gateway = gateway(clock.clone());
+    let (token, account) = access_token(&gateway).await;
+    let app = || {
+        Router::new()
+            .route(
+                "/me",
+                get(|Bearer(caller): Bearer| async move { caller.account_id.to_string() }),
+            )
+            .with_state(gateway.clone())
+    };
+    let me = |authorization: Option<String>| {
+        let mut request = Request::get("/me");
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        request.body(Body::empty()).unwrap()
+    };
+
+    let response = app()
+        .oneshot(me(Some(format!("Bearer {token}"))))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = to_bytes(response.into_body(), 1024).await.unwrap();
+    assert_eq!(body, account.id.to_string());
+
+    let (status, headers, body) = send(app(), me(None)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["error_type"], "UNAUTHORIZED");
+    let challenge = headers["www-authenticate"].to_str().unwrap();
+    assert!(
+        challenge.starts_with("Bearer realm=\"https://api.example/\", error=\"invalid_request\""),
+        "{challenge}"
+    );
+
+    let (status, headers, _) = send(app(), me(Some("Bearer cgat_forged".into()))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let challenge = headers["www-authenticate"].to_str().unwrap();
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+
+    clock.advance(time::Duration::seconds(86_400));
+    let (status, headers, _) = send(app(), me(Some(format!("Bearer {token}")))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let challenge = headers["www-authenticate"].to_str().unwrap();
+    assert!(challenge.contains("error=\"expired_token\""), "{challenge}");
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_refused_with_their_route_s_413() {
+    let gateway = gateway(Arc::new(ManualClock::at_epoch_of_tests()));
+    let limit = gateway.config().conversion_limits.max_body_bytes;
+
+    let big = vec![b' '; limit + 1];
+    let (status, _, body) = send(
+        router(gateway.clone()),
+        post("/platform/events", "application/json", big),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let expected = crate::ValidationErrors::body_too_large(limit).to_body();
+    assert_eq!(body, expected, "the validator's own 413 body");
+
+    // At the limit, the body reaches the core (which wants a bearer token).
+    let at_limit = vec![b' '; limit];
+    let (status, _, body) = send(
+        router(gateway.clone()),
+        post("/platform/events", "application/json", at_limit),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+
+    let big = vec![b'a'; OAUTH_BODY_LIMIT + 1];
+    let (status, _, body) = send(
+        router(gateway.clone()),
+        post("/auth/token", "application/x-www-form-urlencoded", big),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error_type"], "BODY_TOO_LARGE");
+    let at_limit = vec![b'a'; OAUTH_BODY_LIMIT];
+    let (status, _, body) = send(
+        router(gateway),
+        post("/auth/token", "application/x-www-form-urlencoded", at_limit),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+#[tokio::test]
+async fn the_router_answers_unknown_paths_and_methods_in_json() {
+    let gateway = gateway(Arc::new(ManualClock::at_epoch_of_tests()));
+    let (status, _, body) = send(
+        router(gateway.clone()),
+        Request::get("/nope").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        body,
+        json!({"error_type": "NOT_FOUND", "error_message": "no such resource"})
+    );
+
+    let (status, headers, body) = send(
+        router(gateway.clone()),
+        Request::get("/auth/token").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["error_type"], "METHOD_NOT_ALLOWED");
+    assert_eq!(headers["allow"], "POST");
+    assert_eq!(headers["content-type"], "application/json");
+}
+
+#[tokio::test]
+async fn only_the_conversion_route_answers_cors() {
+    let gateway = gateway(Arc::new(ManualClock::at_epoch_of_tests()));
+    let preflight = |path: &str| {
+        Request::options(path)
+            .header("origin", "https://shop.example")
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "content-type")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let response = router::<()>(gateway.clone())
+        .oneshot(preflight("/platform/conversions"))
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["access-control-allow-origin"], "*");
+    for path in ["/platform/events", "/auth/token"] {
+        let response = router::<()>(gateway.clone())
+            .oneshot(preflight(path))
+            .await
+            .unwrap();
+        assert!(
+            response
+                .headers()
+                .get("access-control-allow-origin")
+                .is_none(),
+            "{path}: {:?}",
+            response.headers()
+        );
+    }
+}
+
+#[tokio::test]
+async fn json_errors_rewrites_plain_error_answers_and_keeps_the_rest() {
+    let app = Router::new()
+        .route(
+            "/busy",
+            get(|| async { (StatusCode::SERVICE_UNAVAILABLE, "try later") }),
+        )
+        .route(
+            "/page",
+            get(|| async {
+                (
+                    StatusCode::FORBIDDEN,
+                    [("content-type", "text/html; charset=utf-8")],
+                    "<p>no</p>",
+                )
+            }),
+        )
+        .layer(::axum::middleware::from_fn(json_errors));
+    let (status, headers, body) = send(
+        app.clone(),
+        Request::get("/busy").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["error_type"], "SERVICE_UNAVAILABLE");
+    assert_eq!(headers["retry-after"], "1");
+    let response = app
+        .oneshot(Request::get("/page").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let body = to_bytes(response.into_body(), 1024).await.unwrap();
+    assert_eq!(body, "<p>no</p>", "HTML pages are the host's and stay");
+}
