@@ -625,7 +625,7 @@ impl TokenStore for PgStore {
                  (SELECT r.hash FROM grants g JOIN refresh_tokens r ON r.grant_id = g.id
                   WHERE g.revoked_at < $1 LIMIT $2)",
         ];
-        purge(&self.pool, &PURGES, cutoff, limit, "purge expired tokens").await
+        sql::purge(&self.pool, &PURGES, cutoff, limit, "purge expired tokens").await
     }
 }
 
@@ -644,35 +644,6 @@ impl PgStore {
             .await?
             .unwrap_or(CodeTake::NotFound))
     }
-}
-
-/// Runs each of `statements` (`$1` the cutoff, `$2` how many rows it may
-/// still delete) until `limit` rows are deleted in all; returns how many
-/// were.
-async fn purge(
-    pool: &PgPool,
-    statements: &[&'static str],
-    cutoff: OffsetDateTime,
-    limit: usize,
-    action: &'static str,
-) -> Result<usize, StoreError> {
-    let mut deleted = 0;
-    for statement in statements {
-        let left = limit - deleted;
-        if left == 0 {
-            break;
-        }
-        let done = sqlx::query(statement)
-            .bind(cutoff)
-            .bind(i64::try_from(left).unwrap_or(i64::MAX))
-            .execute(pool)
-            .await
-            .map_err(backend(action))?;
-        deleted += usize::try_from(done.rows_affected())
-            .unwrap_or(left)
-            .min(left);
-    }
-    Ok(deleted)
 }
 
 #[async_trait]
@@ -1071,7 +1042,7 @@ impl EventSink for PgStore {
                   WHERE expires_at < $1 LIMIT $2)",
         ];
         let action = "purge expired idempotency claims";
-        purge(&self.pool, &PURGES, cutoff, limit, action).await
+        sql::purge(&self.pool, &PURGES, cutoff, limit, action).await
     }
 }
 

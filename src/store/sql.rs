@@ -453,6 +453,67 @@ pub(crate) fn replay_or_reuse(
     })
 }
 
+/// The count of rows a statement changed, which sqlx reports on each
+/// database's own result type.
+pub(crate) trait RowsAffected {
+    /// How many rows the statement inserted, updated or deleted.
+    fn rows_affected(&self) -> u64;
+}
+
+#[cfg(feature = "sqlite")]
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+/// Runs each of the purge `statements` in turn (the first parameter the
+/// cutoff, the second how many rows it may still delete) until `limit`
+/// rows are deleted in all; returns how many were.
+///
+/// Each statement is a transaction of its own: locks are held one short
+/// statement at a time, never for the whole purge.
+pub(crate) async fn purge<'c, DB, E, C>(
+    executor: E,
+    statements: &[&'static str],
+    cutoff: C,
+    limit: usize,
+    action: &'static str,
+) -> Result<usize, StoreError>
+where
+    DB: Database,
+    DB::QueryResult: RowsAffected,
+    E: sqlx::Executor<'c, Database = DB> + Copy,
+    C: sqlx::Encode<'static, DB> + sqlx::Type<DB> + Copy + Send + 'static,
+    i64: sqlx::Encode<'static, DB> + sqlx::Type<DB>,
+    <DB as Database>::Arguments<'static>: sqlx::IntoArguments<'static, DB>,
+{
+    let mut deleted = 0;
+    for statement in statements {
+        let left = limit - deleted;
+        if left == 0 {
+            break;
+        }
+        let done = sqlx::query(statement)
+            .bind(cutoff)
+            .bind(i64::try_from(left).unwrap_or(i64::MAX))
+            .execute(executor)
+            .await
+            .map_err(backend(action))?;
+        deleted += usize::try_from(done.rows_affected())
+            .unwrap_or(left)
+            .min(left);
+    }
+    Ok(deleted)
+}
+
 /// What recording a submission does, named in its errors.
 pub(crate) const RECORD: &str = "record events";
 

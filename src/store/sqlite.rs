@@ -592,7 +592,7 @@ impl TokenStore for SqliteStore {
                  (SELECT r.rowid FROM grants g JOIN refresh_tokens r ON r.grant_id = g.id
                   WHERE g.revoked_at < ?1 LIMIT ?2)",
         ];
-        purge(
+        sql::purge(
             &self.writer,
             &PURGES,
             micros(cutoff)?,
@@ -601,35 +601,6 @@ impl TokenStore for SqliteStore {
         )
         .await
     }
-}
-
-/// Runs each of `statements` (`?1` the cutoff, `?2` how many rows it may
-/// still delete) until `limit` rows are deleted in all; returns how many
-/// were.
-async fn purge(
-    pool: &SqlitePool,
-    statements: &[&'static str],
-    cutoff: i64,
-    limit: usize,
-    action: &'static str,
-) -> Result<usize, StoreError> {
-    let mut deleted = 0;
-    for statement in statements {
-        let left = limit - deleted;
-        if left == 0 {
-            break;
-        }
-        let done = sqlx::query(statement)
-            .bind(cutoff)
-            .bind(i64::try_from(left).unwrap_or(i64::MAX))
-            .execute(pool)
-            .await
-            .map_err(backend(action))?;
-        deleted += usize::try_from(done.rows_affected())
-            .unwrap_or(left)
-            .min(left);
-    }
-    Ok(deleted)
 }
 
 /// Inserts an access token.
@@ -995,7 +966,7 @@ impl EventSink for SqliteStore {
     ) -> Result<usize, StoreError> {
         const PURGES: [&str; 1] = ["DELETE FROM idempotency_claims WHERE rowid IN
              (SELECT rowid FROM idempotency_claims WHERE expires_at < ?1 LIMIT ?2)"];
-        purge(
+        sql::purge(
             &self.writer,
             &PURGES,
             micros(cutoff)?,
