@@ -7,7 +7,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::store::sql::{self, RecordColumns};
+use crate::store::sql;
+use crate::store::sql::records::RecordColumns;
 
 /// A row of PostgreSQL, whose columns all have native types (UUID,
 /// TIMESTAMPTZ, BYTEA, arrays, JSONB) that sqlx decodes as the values

@@ -51,7 +51,8 @@ use sqlx::Executor as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::StoreError;
-use crate::store::sql::{GroupQueue, Migration, backend};
+use crate::store::sql::group_commit::GroupQueue;
+use crate::store::sql::{Migration, backend};
 
 use self::events::group_writer;
 

@@ -6,7 +6,8 @@
 
 use async_trait::async_trait;
 
-use crate::store::sql::{account_from, api_key_from, backend, client_from, find_row, insert_row};
+use crate::store::sql::records::{account_from, api_key_from, client_from};
+use crate::store::sql::{backend, find_row, insert_row};
 use crate::{
     Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore, Client, ClientId,
     ClientRegistry, SecretHash, StoreError,

@@ -8,7 +8,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::store::sql::{self, RecordColumns, malformed};
+use crate::store::sql::records::RecordColumns;
+use crate::store::sql::{self, malformed};
 
 /// An instant as stored: microseconds since the Unix epoch.
 pub(super) fn micros(at: OffsetDateTime) -> Result<i64, StoreError> {

@@ -10,10 +10,11 @@ use time::OffsetDateTime;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::store::sql::{
-    self, Job, RECORD, RecordColumns as _, answer, backend, channel_to_json, event_from, find_row,
-    insert_failed, replay_or_reuse,
+use crate::store::sql::group_commit::{Job, RECORD, answer};
+use crate::store::sql::records::{
+    RecordColumns as _, channel_to_json, event_from, replay_or_reuse,
 };
+use crate::store::sql::{self, backend, find_row, insert_failed};
 use crate::{EventSink, EventSubmission, RecordOutcome, RecordedEvent, StoreError};
 
 use super::SqliteStore;

@@ -47,7 +47,8 @@ use sqlx::sqlite::{
 use sqlx::{Executor as _, Sqlite, Transaction};
 
 use crate::StoreError;
-use crate::store::sql::{GroupQueue, Migration, backend};
+use crate::store::sql::group_commit::GroupQueue;
+use crate::store::sql::{Migration, backend};
 
 use self::events::group_writer;
 

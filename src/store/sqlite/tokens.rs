@@ -9,10 +9,10 @@ use async_trait::async_trait;
 use sqlx::Sqlite;
 use time::OffsetDateTime;
 
-use crate::store::sql::{
-    self, access_from, backend, code_from, code_lookup, code_tombstone, find_row, grant_from,
-    insert_row, refresh_from, rotation_refused,
+use crate::store::sql::records::{
+    access_from, code_from, code_lookup, code_tombstone, grant_from, refresh_from, rotation_refused,
 };
+use crate::store::sql::{self, backend, find_row, insert_row};
 use crate::{
     AccessTokenRecord, CodeLookup, CodeRecord, CodeTake, Grant, GrantId, RefreshTokenRecord,
     Rotation, SecretHash, StoreError, TokenStore,
