@@ -1,104 +1,22 @@
-//! What the SQLite and PostgreSQL stores share: turning sqlx errors into
-//! [`StoreError`]s, rows back into records, and the queue of the
-//! group-commit writer.
+//! Records put together from rows, once for both SQL stores: each store
+//! reads its own column types through [`RecordColumns`], and the functions
+//! here build every record from those reads.
 //!
 //! A column that cannot be turned back into its field (a hash of the wrong
 //! length, a channel that is not JSON) means the database was written by
 //! something else or damaged; it is reported as a backend failure, never a
 //! panic, and never as "not found".
 
-use sqlx::Database;
-use sqlx::query::Query;
 use time::OffsetDateTime;
-use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use crate::store::sql::malformed;
 use crate::{
     AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeLookup,
-    CodeRecord, CodeTake, EventSubmission, Grant, GrantId, IdempotencyClaim, IntakeChannel,
-    PkceChallenge, RecordOutcome, RecordedEvent, RefreshPolicy, RefreshState, RefreshTokenRecord,
-    Rotation, SecretHash, StoreError,
+    CodeRecord, CodeTake, Grant, GrantId, IdempotencyClaim, IntakeChannel, PkceChallenge,
+    RecordOutcome, RecordedEvent, RefreshPolicy, RefreshState, RefreshTokenRecord, Rotation,
+    SecretHash, StoreError,
 };
-
-/// A stored value that does not decode into its record field.
-#[derive(Debug, thiserror::Error)]
-#[error("the stored {column} is malformed")]
-struct MalformedColumn {
-    /// The column's name.
-    column: &'static str,
-}
-
-/// Maps a failed query: data the database refused is
-/// [`StoreError::Rejected`], anything else [`StoreError::Backend`].
-pub(crate) fn backend(action: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |error| {
-        if is_data_error(&error) {
-            StoreError::rejected(action, error)
-        } else {
-            StoreError::backend(action, error)
-        }
-    }
-}
-
-/// Maps a failed insert: a unique violation is [`StoreError::Duplicate`],
-/// data the database refused [`StoreError::Rejected`], anything else
-/// [`StoreError::Backend`].
-pub(crate) fn insert_failed(
-    what: &'static str,
-    action: &'static str,
-) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |error| {
-        if is_unique_violation(&error) {
-            StoreError::Duplicate { what }
-        } else {
-            backend(action)(error)
-        }
-    }
-}
-
-/// Whether the database refused a statement because of the values in it,
-/// so that running it again cannot succeed: PostgreSQL's SQLSTATE class 22
-/// (data exception: a U+0000 in text or JSONB, a value out of range) and
-/// the integrity violations other than uniqueness (class 23); SQLite's
-/// `SQLITE_TOOBIG`, `SQLITE_MISMATCH` and constraint failures other than
-/// uniqueness. A connection lost, a timeout or a full disk is not one.
-fn is_data_error(error: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = error else {
-        return false;
-    };
-    match db.kind() {
-        sqlx::error::ErrorKind::UniqueViolation => false,
-        sqlx::error::ErrorKind::ForeignKeyViolation
-        | sqlx::error::ErrorKind::NotNullViolation
-        | sqlx::error::ErrorKind::CheckViolation => true,
-        _ => db.code().is_some_and(|code| is_data_error_code(&code)),
-    }
-}
-
-/// Whether a database's error code names a refusal of the data: a
-/// five-character SQLSTATE (PostgreSQL) of class 22 or 23, or an SQLite
-/// extended result code whose primary code is `SQLITE_TOOBIG` (18),
-/// `SQLITE_CONSTRAINT` (19) or `SQLITE_MISMATCH` (20).
-fn is_data_error_code(code: &str) -> bool {
-    // A SQLSTATE is always five characters ("22021", "22P05", "23505").
-    if code.len() == 5 {
-        return code.starts_with("22") || (code.starts_with("23") && code != "23505");
-    }
-    // SQLite's extended codes have at most four digits; the low byte is the
-    // primary code.
-    code.parse::<i32>()
-        .is_ok_and(|extended| matches!(extended & 0xff, 18..=20))
-}
-
-/// Whether the database refused a write because of a unique index.
-fn is_unique_violation(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
-}
-
-/// A malformed-column failure while reading `action`.
-pub(crate) fn malformed(action: &'static str, column: &'static str) -> StoreError {
-    StoreError::backend(action, MalformedColumn { column })
-}
 
 /// A hash read back from a 32-byte binary column.
 fn hash_from_column(
@@ -124,90 +42,12 @@ pub(crate) fn channel_to_json(channel: &IntakeChannel) -> Result<serde_json::Val
         .map_err(|error| StoreError::backend("encode an event channel", error))
 }
 
-/// A schema migration: applied once, in order of `version`, by the store
-/// that ships it.
-pub(crate) struct Migration {
-    /// Its number, recorded in `schema_version` once applied.
-    pub(crate) version: i64,
-    /// The statements.
-    pub(crate) sql: &'static str,
-}
-
 /// The channel of an event read back from its JSON form.
 fn channel_from_json(
     value: serde_json::Value,
     action: &'static str,
 ) -> Result<IntakeChannel, StoreError> {
     serde_json::from_value(value).map_err(|_| malformed(action, "events.channel"))
-}
-
-/// One row, and what the caller was doing, to name in any failure. Each
-/// store implements [`RecordColumns`] for it on its own row type.
-pub(crate) struct Columns<R> {
-    /// The row.
-    row: R,
-    /// What the caller was doing.
-    pub(crate) action: &'static str,
-}
-
-impl<R: sqlx::Row> Columns<R> {
-    /// `row`, read on behalf of `action`.
-    pub(crate) fn new(row: R, action: &'static str) -> Self {
-        Self { row, action }
-    }
-
-    /// The column as sqlx decodes it.
-    pub(crate) fn get<'r, T>(&'r self, column: &'static str) -> Result<T, StoreError>
-    where
-        T: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        &'static str: sqlx::ColumnIndex<R>,
-    {
-        self.row.try_get(column).map_err(backend(self.action))
-    }
-}
-
-/// A statement of `DB` with its arguments bound.
-pub(crate) type Statement<'q, DB> = Query<'q, DB, <DB as Database>::Arguments<'q>>;
-
-/// Runs `statement`, which inserts one `what`: a unique violation is
-/// [`StoreError::Duplicate`].
-pub(crate) async fn insert_row<'c, 'q, DB, E>(
-    executor: E,
-    statement: Statement<'q, DB>,
-    what: &'static str,
-    action: &'static str,
-) -> Result<(), StoreError>
-where
-    DB: Database,
-    E: sqlx::Executor<'c, Database = DB>,
-    <DB as Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
-{
-    statement
-        .execute(executor)
-        .await
-        .map_err(insert_failed(what, action))?;
-    Ok(())
-}
-
-/// Runs `statement` and puts the row it finds, if any, together with
-/// `record`.
-pub(crate) async fn find_row<'c, 'q, DB, E, T>(
-    executor: E,
-    statement: Statement<'q, DB>,
-    action: &'static str,
-    record: impl FnOnce(&Columns<DB::Row>) -> Result<T, StoreError>,
-) -> Result<Option<T>, StoreError>
-where
-    DB: Database,
-    E: sqlx::Executor<'c, Database = DB>,
-    <DB as Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
-{
-    statement
-        .fetch_optional(executor)
-        .await
-        .map_err(backend(action))?
-        .map(|row| record(&Columns::new(row, action)))
-        .transpose()
 }
 
 /// The columns of one row, read as the values records are made of.
@@ -453,68 +293,6 @@ pub(crate) fn replay_or_reuse(
     })
 }
 
-/// What recording a submission does, named in its errors.
-pub(crate) const RECORD: &str = "record events";
-
-/// One `record` call waiting for the COMMIT of its group.
-pub(crate) struct Job {
-    /// What to record.
-    pub(crate) submission: EventSubmission,
-    /// Where the outcome goes, once committed.
-    pub(crate) reply: oneshot::Sender<Result<RecordOutcome, StoreError>>,
-}
-
-/// The queue to a group-commit writer: a task that takes whatever `record`
-/// calls have queued, stores them in one transaction and answers each after
-/// the COMMIT, while the next group queues. Many writers then share one
-/// disk flush instead of waiting for one each.
-#[derive(Clone, Debug)]
-pub(crate) struct GroupQueue(mpsc::Sender<Job>);
-
-impl GroupQueue {
-    /// A queue holding up to `capacity` waiting calls, and its receiving
-    /// end for the writer task. The writer's receive ends when the last
-    /// clone of the queue is dropped.
-    pub(crate) fn new(capacity: usize) -> (Self, mpsc::Receiver<Job>) {
-        let (sender, receiver) = mpsc::channel(capacity.max(1));
-        (Self(sender), receiver)
-    }
-
-    /// Queues `submission` and waits for the writer's answer.
-    pub(crate) async fn record(
-        &self,
-        submission: &EventSubmission,
-    ) -> Result<RecordOutcome, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let job = Job {
-            submission: submission.clone(),
-            reply,
-        };
-        self.0
-            .send(job)
-            .await
-            .map_err(|_| StoreError::backend(RECORD, GroupWriterGone))?;
-        answer
-            .await
-            .map_err(|_| StoreError::backend(RECORD, GroupWriterGone))?
-    }
-}
-
-/// Hands each job its outcome, emptying `jobs`.
-pub(crate) fn answer(jobs: &mut Vec<Job>, outcomes: Vec<Result<RecordOutcome, StoreError>>) {
-    for (job, outcome) in jobs.drain(..).zip(outcomes) {
-        // A caller that gave up waiting has dropped its receiver; the
-        // submission is recorded all the same, as it would be had the
-        // caller been a moment slower to give up.
-        let _ = job.reply.send(outcome);
-    }
-}
-
-/// The group-commit writer task has stopped (its runtime shut down).
-#[derive(Debug, thiserror::Error)]
-#[error("the group-commit writer has stopped")]
-struct GroupWriterGone;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,39 +322,6 @@ mod tests {
                 "read an event"
             ),
             Err(StoreError::Backend { .. })
-        ));
-    }
-
-    #[test]
-    fn data_refusals_are_told_from_outages_by_their_codes() {
-        // PostgreSQL: a U+0000 in text, in JSONB, a NOT NULL or CHECK.
-        for code in ["22021", "22P05", "22001", "23502", "23514"] {
-            assert!(is_data_error_code(code), "{code} refuses the data");
-        }
-        // PostgreSQL: uniqueness, a dropped connection, a serialisation
-        // failure, a shutdown, a full disk.
-        for code in ["23505", "08006", "40001", "57P01", "53100"] {
-            assert!(!is_data_error_code(code), "{code} is not about the data");
-        }
-        // SQLite: TOOBIG, CONSTRAINT_CHECK (275), MISMATCH; against BUSY,
-        // IOERR_FSYNC (1034), FULL.
-        for code in ["18", "275", "20"] {
-            assert!(is_data_error_code(code), "{code} refuses the data");
-        }
-        for code in ["5", "1034", "13"] {
-            assert!(!is_data_error_code(code), "{code} is not about the data");
-        }
-    }
-
-    #[test]
-    fn failures_other_than_unique_violations_are_backend_errors() {
-        let error = insert_failed("event", "record events")(sqlx::Error::PoolTimedOut);
-        assert!(matches!(
-            error,
-            StoreError::Backend {
-                action: "record events",
-                ..
-            }
         ));
     }
 }

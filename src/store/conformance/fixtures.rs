@@ -1,0 +1,126 @@
+//! The records the conformance suite writes: each with fresh random
+//! identifiers and whole-second timestamps.
+
+use time::{Duration, OffsetDateTime};
+
+use crate::{
+    AccessToken, AccessTokenRecord, AccountId, AuthorizationCode, ClientId, CodeRecord, Grant,
+    GrantId, IdempotencyClaim, IdempotencyScope, IntakeChannel, OsRandom, PkceChallenge,
+    RecordedEvent, RefreshState, RefreshToken, RefreshTokenRecord, SecretHasher, random_uuid,
+};
+
+/// How many tasks race in each concurrency check.
+pub(super) const RACERS: usize = 32;
+
+/// A fixed, whole-second instant for the records the suite writes.
+pub(super) fn base_time() -> OffsetDateTime {
+    time::macros::datetime!(2026-03-01 12:00:00 UTC)
+}
+
+/// The hasher of every secret the suite stores, under a fixed key.
+pub(super) fn hasher() -> SecretHasher {
+    SecretHasher::new([7; 32])
+}
+
+/// A grant, not revoked, of a fresh client to a fresh account.
+pub(super) fn new_grant() -> Grant {
+    Grant {
+        id: GrantId(random_uuid(&OsRandom)),
+        client_id: ClientId::generate(&OsRandom),
+        account_id: AccountId(random_uuid(&OsRandom)),
+        created_at: base_time(),
+        revoked_at: None,
+    }
+}
+
+/// An unused authorization code of `grant`, with a PKCE challenge, that
+/// expires ten minutes after [`base_time`].
+pub(super) fn new_code(grant: &Grant) -> CodeRecord {
+    CodeRecord {
+        hash: AuthorizationCode::generate(&OsRandom).hash(&hasher()),
+        grant_id: grant.id,
+        client_id: grant.client_id.clone(),
+        account_id: grant.account_id,
+        redirect_uri: "https://app.example/callback?from=suite".into(),
+        pkce: Some(PkceChallenge {
+            challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
+        }),
+        issued_at: base_time(),
+        expires_at: base_time() + Duration::minutes(10),
+    }
+}
+
+/// An access token of `grant` that lives a day from [`base_time`].
+pub(super) fn new_access(grant: &Grant) -> AccessTokenRecord {
+    AccessTokenRecord {
+        hash: AccessToken::generate(&OsRandom).hash(&hasher()),
+        grant_id: grant.id,
+        client_id: grant.client_id.clone(),
+        account_id: grant.account_id,
+        issued_at: base_time(),
+        expires_at: base_time() + Duration::seconds(86_400),
+        revoked: false,
+    }
+}
+
+/// An active refresh token of `grant` that never expires.
+pub(super) fn new_refresh(grant: &Grant) -> RefreshTokenRecord {
+    RefreshTokenRecord {
+        hash: RefreshToken::generate(&OsRandom).hash(&hasher()),
+        grant_id: grant.id,
+        client_id: grant.client_id.clone(),
+        account_id: grant.account_id,
+        issued_at: base_time(),
+        expires_at: None,
+        predecessor: None,
+        state: RefreshState::Active,
+        revoked: false,
+    }
+}
+
+/// The `n`th conversion event of `account`, with a fresh uuid.
+pub(super) fn new_event(account: AccountId, n: usize) -> RecordedEvent {
+    RecordedEvent {
+        event_uuid: random_uuid(&OsRandom),
+        account_id: account,
+        received_at: base_time(),
+        event_type: "CONVERSION".into(),
+        event_family: "CDP".into(),
+        conversion_identifier: format!("suite-{n}"),
+        email: format!("lead{n}@example.com"),
+        payload: serde_json::json!({
+            "conversion_identifier": format!("suite-{n}"),
+            "email": format!("lead{n}@example.com"),
+            "tags": ["a", "b"],
+            "cf_plan": "gold",
+        }),
+        channel: IntakeChannel::Bearer {
+            client_id: ClientId::new("cgid_suite"),
+        },
+    }
+}
+
+/// The credential of most claims the suite makes: the application whose
+/// events it records.
+pub(super) fn suite_scope() -> IdempotencyScope {
+    IdempotencyScope::Client(ClientId::new("cgid_suite"))
+}
+
+/// A claim of the idempotency `key` by the suite's client in `account`, made
+/// at `at` and held for a day, for a body whose fingerprint is all
+/// `fingerprint` bytes.
+pub(super) fn claim(
+    account: AccountId,
+    key: &str,
+    fingerprint: u8,
+    at: OffsetDateTime,
+) -> IdempotencyClaim {
+    IdempotencyClaim {
+        account_id: account,
+        scope: suite_scope(),
+        key: key.into(),
+        fingerprint: [fingerprint; 32],
+        created_at: at,
+        expires_at: at + Duration::hours(24),
+    }
+}

@@ -1,0 +1,82 @@
+//! The storage conformance suite: async checks that any implementation of
+//! the storage traits keeps its contract, the atomic operations under
+//! concurrency included. Enabled by the `test-util` feature.
+//!
+//! Run it from a test of your own store:
+//!
+//! ```ignore
+//! #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+//! async fn my_store_keeps_the_contract() {
+//!     let store = Arc::new(MyTokenStore::connect(...).await);
+//!     conversion_gateway::conformance::check_token_store(store).await;
+//! }
+//! ```
+//!
+//! Each check panics (fails the test) with a message naming the broken
+//! clause. Every record it writes has fresh random identifiers, so the suite
+//! can run repeatedly and in parallel against one shared database.
+//! Timestamps are whole seconds: a store must round-trip at least that.
+//!
+//! # Layout
+//!
+//! This file holds the entry points, one per storage trait, each listing
+//! the checks it runs. The checks live by concern in `src/store/conformance/`:
+//! `tokens.rs`, `clients_accounts_keys.rs` and `events.rs` check one caller
+//! at a time; `purge.rs` checks the purges; `concurrency.rs` races the
+//! atomic operations; `fixtures.rs` makes the records they write.
+
+mod clients_accounts_keys;
+mod concurrency;
+mod events;
+mod fixtures;
+mod purge;
+mod tokens;
+
+use std::sync::Arc;
+
+use crate::{
+    AccountId, AccountStore, ApiKeyStore, ClientRegistry, EventSink, OsRandom, random_uuid,
+};
+
+/// Checks every clause of [`crate::TokenStore`].
+pub async fn check_token_store(store: Arc<dyn crate::TokenStore>) {
+    tokens::check_grants(&*store).await;
+    tokens::check_codes(&*store).await;
+    tokens::check_access_tokens(&*store).await;
+    tokens::check_refresh_tokens(&*store).await;
+    tokens::check_successor_use(&*store).await;
+    tokens::check_code_redemption(&*store).await;
+    tokens::check_redemption_fails_whole(&*store).await;
+    tokens::check_rotation_fails_whole(&*store).await;
+    purge::check_purge(&*store).await;
+    concurrency::check_concurrent_code_take(store.clone()).await;
+    concurrency::check_concurrent_redemption(store.clone()).await;
+    concurrency::check_concurrent_rotation(store).await;
+}
+
+/// Checks every clause of [`crate::ClientRegistry`].
+pub async fn check_client_registry(registry: Arc<dyn ClientRegistry>) {
+    clients_accounts_keys::check_clients(&*registry).await;
+}
+
+/// Checks every clause of [`crate::AccountStore`].
+pub async fn check_account_store(store: Arc<dyn AccountStore>) {
+    clients_accounts_keys::check_accounts(&*store).await;
+}
+
+/// Checks every clause of [`crate::ApiKeyStore`], the per-account limit
+/// under concurrency included.
+pub async fn check_api_key_store(store: Arc<dyn ApiKeyStore>) {
+    let (account, first) = clients_accounts_keys::check_api_keys(&*store).await;
+    concurrency::check_concurrent_key_limit(store, account, &first).await;
+}
+
+/// Checks every clause of [`crate::EventSink`]: durability of what it
+/// acknowledges, all-or-nothing batches and idempotency keys, concurrent
+/// retries included.
+pub async fn check_event_sink(sink: Arc<dyn EventSink>) {
+    let account = AccountId(random_uuid(&OsRandom));
+    events::check_events(&*sink, account).await;
+    purge::check_claim_purge(&*sink).await;
+    concurrency::check_concurrent_idempotent_retries(sink, account).await;
+}

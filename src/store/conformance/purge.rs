@@ -1,0 +1,254 @@
+//! The purge checks: what stopped being usable before the cutoff is
+//! deleted, in batches of at most the limit; what is usable at the cutoff,
+//! and every event, is kept.
+
+use time::{Duration, OffsetDateTime};
+
+use crate::{
+    AccessTokenRecord, AccountId, CodeLookup, CodeRecord, EventSink, EventSubmission, Grant,
+    IdempotencyClaim, OsRandom, RecordOutcome, RefreshTokenRecord, Rotation, random_uuid,
+};
+
+use super::fixtures::{base_time, claim, new_access, new_code, new_event, new_grant, new_refresh};
+
+/// The purge deletes what stopped being usable before the cutoff, never
+/// what is usable at it, in batches of at most `limit`.
+///
+/// Its records are dated a quarter century before the rest of the suite's,
+/// so that a purge here never touches what another check (running in
+/// parallel on a shared database) relies on.
+pub(super) async fn check_purge(store: &dyn crate::TokenStore) {
+    let cutoff = base_time() - Duration::days(365 * 25);
+    let long_ago = cutoff - Duration::days(30);
+    let dated = |grant: &Grant| Grant {
+        created_at: long_ago,
+        ..grant.clone()
+    };
+    let live_grant = dated(&new_grant());
+    let revoked_grant = dated(&new_grant());
+    for grant in [&live_grant, &revoked_grant] {
+        store.insert_grant(grant).await.expect("insert_grant");
+    }
+    store
+        .revoke_grant(revoked_grant.id, cutoff - Duration::seconds(1))
+        .await
+        .expect("revoke_grant");
+    let code = |expires_at| CodeRecord {
+        issued_at: long_ago,
+        expires_at,
+        ..new_code(&live_grant)
+    };
+    let access = |expires_at| AccessTokenRecord {
+        issued_at: long_ago,
+        expires_at,
+        ..new_access(&live_grant)
+    };
+    let refresh = |grant: &Grant, expires_at| RefreshTokenRecord {
+        issued_at: long_ago,
+        expires_at,
+        ..new_refresh(grant)
+    };
+
+    let expired_code = code(cutoff - Duration::seconds(1));
+    let used_code = code(cutoff - Duration::seconds(1));
+    let live_code = code(cutoff);
+    for c in [&expired_code, &used_code, &live_code] {
+        store.insert_code(c).await.expect("insert_code");
+    }
+    store.take_code(&used_code.hash).await.expect("take_code");
+    let expired_access = access(cutoff - Duration::seconds(1));
+    let live_access = access(cutoff);
+    for a in [&expired_access, &live_access] {
+        store
+            .insert_access_token(a)
+            .await
+            .expect("insert_access_token");
+    }
+    let rotated_long_ago = refresh(&live_grant, None);
+    let rotated_recently = refresh(&live_grant, None);
+    let expired_refresh = refresh(&live_grant, Some(cutoff - Duration::seconds(1)));
+    let of_revoked_grant = refresh(&revoked_grant, None);
+    let live_refresh = refresh(&live_grant, Some(cutoff));
+    for r in [
+        &rotated_long_ago,
+        &rotated_recently,
+        &expired_refresh,
+        &of_revoked_grant,
+        &live_refresh,
+    ] {
+        store
+            .insert_refresh_token(r)
+            .await
+            .expect("insert_refresh_token");
+    }
+    let successor_long_ago = refresh(&live_grant, None);
+    let successor_recently = refresh(&live_grant, None);
+    for (token, successor, at) in [
+        (
+            &rotated_long_ago,
+            &successor_long_ago,
+            cutoff - Duration::seconds(1),
+        ),
+        (&rotated_recently, &successor_recently, cutoff),
+    ] {
+        let rotated = store
+            .rotate_refresh_token(&token.hash, successor, &access(cutoff), at)
+            .await
+            .expect("rotate_refresh_token");
+        assert_eq!(rotated, Rotation::Rotated);
+    }
+
+    // Six records are purgeable; batches of two take four calls. A purge
+    // running in parallel (another run of the suite on the same database)
+    // may take some of them, so only the bounds are exact.
+    let mut calls = 0;
+    loop {
+        let deleted = store.purge_expired(cutoff, 2).await.expect("purge_expired");
+        assert!(deleted <= 2, "a purge call deleted {deleted} > its limit 2");
+        calls += 1;
+        assert!(calls <= 64, "the purge did not come to an end");
+        if deleted < 2 {
+            break;
+        }
+    }
+
+    for (what, hash) in [
+        ("an expired code", expired_code.hash),
+        ("an expired used code", used_code.hash),
+    ] {
+        assert_eq!(
+            store.find_code(&hash).await.expect("find_code"),
+            CodeLookup::NotFound,
+            "the purge must delete {what}"
+        );
+    }
+    assert!(
+        matches!(
+            store.find_code(&live_code.hash).await.expect("find_code"),
+            CodeLookup::Unused(_)
+        ),
+        "the purge must keep a code that expires at the cutoff"
+    );
+    assert_eq!(
+        store
+            .find_access_token(&expired_access.hash)
+            .await
+            .expect("find"),
+        None,
+        "the purge must delete an expired access token"
+    );
+    assert!(
+        store
+            .find_access_token(&live_access.hash)
+            .await
+            .expect("find")
+            .is_some(),
+        "the purge must keep an access token that expires at the cutoff"
+    );
+    for (what, hash) in [
+        ("a token rotated before the cutoff", rotated_long_ago.hash),
+        ("an expired refresh token", expired_refresh.hash),
+        ("a refresh token of a revoked grant", of_revoked_grant.hash),
+    ] {
+        assert_eq!(
+            store.find_refresh_token(&hash).await.expect("find"),
+            None,
+            "the purge must delete {what}"
+        );
+    }
+    for (what, hash) in [
+        ("a token rotated at the cutoff", rotated_recently.hash),
+        (
+            "a refresh token that expires at the cutoff",
+            live_refresh.hash,
+        ),
+        ("an active successor", successor_long_ago.hash),
+        ("an active successor", successor_recently.hash),
+    ] {
+        assert!(
+            store
+                .find_refresh_token(&hash)
+                .await
+                .expect("find")
+                .is_some(),
+            "the purge must keep {what}"
+        );
+    }
+    assert!(
+        store
+            .find_grant(revoked_grant.id)
+            .await
+            .expect("find_grant")
+            .is_some(),
+        "the purge keeps grants"
+    );
+}
+
+/// The purge of idempotency claims deletes expired claims only, and never
+/// an event. Its claims are dated a quarter century before the rest of the
+/// suite's, so it never touches what another check relies on.
+pub(super) async fn check_claim_purge(sink: &dyn EventSink) {
+    let account = AccountId(random_uuid(&OsRandom));
+    let cutoff = base_time() - Duration::days(365 * 25);
+    let submission = |n: usize, expires_at: OffsetDateTime| EventSubmission {
+        events: vec![new_event(account, 200 + n)],
+        batch_uuid: None,
+        idempotency: Some(IdempotencyClaim {
+            created_at: expires_at - Duration::hours(24),
+            expires_at,
+            ..claim(account, &format!("purge-{n}"), 1, cutoff)
+        }),
+    };
+    let expired = submission(0, cutoff - Duration::seconds(1));
+    let live = submission(1, cutoff);
+    for s in [&expired, &live] {
+        assert_eq!(
+            sink.record(s).await.expect("record"),
+            RecordOutcome::Recorded
+        );
+    }
+    loop {
+        let deleted = sink
+            .purge_expired_claims(cutoff, 1)
+            .await
+            .expect("purge_expired_claims");
+        assert!(deleted <= 1, "a purge call deleted {deleted} > its limit 1");
+        if deleted == 0 {
+            break;
+        }
+    }
+    // A retry of the live claim, made at the cutoff, is still a replay; the
+    // purged key, reused with another body, is a new request.
+    let retry_at = |s: &EventSubmission, n: usize, fingerprint: u8| EventSubmission {
+        events: vec![new_event(account, 210 + n)],
+        idempotency: s.idempotency.clone().map(|c| IdempotencyClaim {
+            fingerprint: [fingerprint; 32],
+            created_at: cutoff - Duration::seconds(2),
+            ..c
+        }),
+        ..s.clone()
+    };
+    assert!(
+        matches!(
+            sink.record(&retry_at(&live, 1, 1)).await.expect("record"),
+            RecordOutcome::Replayed { .. }
+        ),
+        "the purge must keep a claim that expires at the cutoff"
+    );
+    assert_eq!(
+        sink.record(&retry_at(&expired, 0, 2))
+            .await
+            .expect("record"),
+        RecordOutcome::Recorded,
+        "the purge must delete an expired claim"
+    );
+    for s in [&expired, &live] {
+        assert!(
+            sink.find_event(s.events[0].event_uuid)
+                .await
+                .expect("find_event")
+                .is_some(),
+            "the purge must never delete an event"
+        );
+    }
+}

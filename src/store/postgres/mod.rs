@@ -1,0 +1,265 @@
+//! Every storage trait on PostgreSQL, for hosts that run many stateless
+//! server instances against one database (feature `postgres`).
+//!
+//! Atomicity holds in the database, not in the process, so it holds across
+//! connections, pools and server instances:
+//!
+//! - taking a code is one conditional `UPDATE ... WHERE NOT taken
+//!   RETURNING ...`: concurrent updaters queue on the row lock and re-check
+//!   the condition, so one wins;
+//! - rotating a refresh token is one statement whose `UPDATE ... WHERE
+//!   rotated_at IS NULL` feeds the `INSERT` of the successor;
+//! - revoking a grant is one `UPDATE` (tokens read `revoked` from their
+//!   grant);
+//! - the per-account API-key limit is counted and enforced in a transaction
+//!   holding an advisory lock on the account;
+//! - an idempotency key is claimed, per account and credential, with
+//!   `INSERT ... ON CONFLICT DO UPDATE ... WHERE expired`, in the same
+//!   transaction as the events.
+//!
+//! Recording events is durable before it is acknowledged: by default
+//! concurrent `record` calls are grouped into shared transactions (group
+//! commit, see [`PgStoreOptions::group_commit`]) so that 32 writers do not
+//! wait for 32 disk flushes.
+//!
+//! Schema migrations ship with the crate and run on start, serialised by an
+//! advisory lock so that instances starting together apply each one once.
+//!
+//! Layout: this file connects and migrates ([`PgStore`],
+//! [`PgStoreOptions`]); [`columns`] reads PostgreSQL's native column types
+//! into records; one file per group of traits implements them: [`tokens`]
+//! ([`TokenStore`]: grants, codes, access and refresh tokens, their purge),
+//! [`clients_accounts_keys`] ([`ClientRegistry`], [`AccountStore`],
+//! [`ApiKeyStore`]) and [`events`] ([`EventSink`], with the group-commit
+//! writer). What PostgreSQL shares with SQLite (error mapping, records from
+//! rows, the group-commit queue, the purge loop) is in [`crate::store::sql`].
+//!
+//! [`TokenStore`]: crate::TokenStore
+//! [`ClientRegistry`]: crate::ClientRegistry
+//! [`AccountStore`]: crate::AccountStore
+//! [`ApiKeyStore`]: crate::ApiKeyStore
+//! [`EventSink`]: crate::EventSink
+
+mod clients_accounts_keys;
+mod columns;
+mod events;
+mod tokens;
+
+use std::time::Duration;
+
+use sqlx::Executor as _;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use crate::StoreError;
+use crate::store::sql::group_commit::GroupQueue;
+use crate::store::sql::{Migration, backend};
+
+use self::events::group_writer;
+
+/// The schema, in order. Never edit a shipped migration: add the next one.
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("../../../migrations/postgres/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        sql: include_str!("../../../migrations/postgres/0002_idempotency_scope.sql"),
+    },
+    Migration {
+        version: 3,
+        sql: include_str!("../../../migrations/postgres/0003_purge_indexes.sql"),
+    },
+    Migration {
+        version: 4,
+        sql: include_str!("../../../migrations/postgres/0004_adaptive_refresh.sql"),
+    },
+];
+
+/// The advisory lock that serialises migrations ("cg-migra" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6367_2d6d_6967_7261;
+
+/// How a [`PgStore`] connects and records events.
+#[derive(Clone, Debug)]
+pub struct PgStoreOptions {
+    /// Whether concurrent [`EventSink::record`] calls share transactions
+    /// (group commit): a background task takes whatever calls have queued
+    /// and stores them in one transaction, and answers each only after that
+    /// COMMIT. Submissions without an idempotency key go in as one
+    /// statement; if it fails, they are retried one by one, each in a
+    /// savepoint of its own like every submission with a key, so one
+    /// failing submission does not fail the others. Under many concurrent
+    /// writers this replaces one disk flush per event by one per group.
+    /// With `false`, each call is one transaction of its own. Default:
+    /// `true`.
+    ///
+    /// [`EventSink::record`]: crate::EventSink::record
+    pub group_commit: bool,
+    /// The most submissions one group transaction takes. Default: 256.
+    pub max_group_size: usize,
+    /// The size of the pool [`PgStore::connect_with`] opens (not used by
+    /// [`PgStore::from_pool_with`], whose pool is already made). Default: 16.
+    pub max_connections: u32,
+    /// How long a call waits for a connection, a new one's handshake
+    /// included, before failing with [`StoreError::Backend`]; it is what
+    /// makes a dead database fail fast. Not used by
+    /// [`PgStore::from_pool_with`]. Default: 5 seconds.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PgStoreOptions {
+    fn default() -> Self {
+        Self {
+            group_commit: true,
+            max_group_size: 256,
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Every storage trait on one PostgreSQL database.
+///
+/// Cloning is cheap and shares the pool (and the group-commit writer).
+/// The tables live in the first schema of the connections' `search_path`:
+/// a host sharing a database with other software gives the store a schema
+/// of its own (`PgConnectOptions::options([("search_path", "gateway")])`).
+///
+/// Instants are kept as `TIMESTAMPTZ`: anything finer than a microsecond
+/// is truncated.
+///
+/// The crate turns on no TLS backend of sqlx. A host whose database
+/// requires TLS adds, in its own manifest, `sqlx = { version = "0.8",
+/// features = ["tls-rustls-ring-webpki"] }` (Cargo unifies the features)
+/// and `?sslmode=require` to the address.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    /// The queue to the group-commit writer, when it is on.
+    group: Option<GroupQueue>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the pool's own Debug: its connect options hold the password.
+        f.debug_struct("PgStore")
+            .field("connections", &self.pool.size())
+            .field("group_commit", &self.group.is_some())
+            .finish()
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`)
+    /// with the default [`PgStoreOptions`], and brings its schema up to date.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the address does not parse, the database
+    /// cannot be reached within the acquire timeout, or the migrations fail.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, PgStoreOptions::default()).await
+    }
+
+    /// Connects to the database at `url` with `options`, and brings its
+    /// schema up to date.
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`].
+    pub async fn connect_with(url: &str, options: PgStoreOptions) -> Result<Self, StoreError> {
+        let connect: PgConnectOptions = url
+            .parse()
+            .map_err(backend("parse the PostgreSQL address"))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(backend("connect to PostgreSQL"))?;
+        Self::from_pool_with(pool, options).await
+    }
+
+    /// A store on a pool the host made (its size, timeouts and
+    /// `search_path` are kept), with the default [`PgStoreOptions`]; brings
+    /// the schema up to date.
+    ///
+    /// Give the pool an acquire timeout of a few seconds, so that a dead
+    /// database fails fast. Must be called inside a tokio runtime (the
+    /// group-commit writer is a task on it).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the migrations fail.
+    pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
+        Self::from_pool_with(pool, PgStoreOptions::default()).await
+    }
+
+    /// As [`PgStore::from_pool`], with `options` (of which only
+    /// `group_commit` and `max_group_size` apply).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the migrations fail.
+    pub async fn from_pool_with(pool: PgPool, options: PgStoreOptions) -> Result<Self, StoreError> {
+        migrate(&pool).await?;
+        let group = options.group_commit.then(|| {
+            let max = options.max_group_size.max(1);
+            let (queue, jobs) = GroupQueue::new(max.saturating_mul(4));
+            // The writer ends when the last clone of the store (the last
+            // sender) is dropped, after answering what was queued.
+            tokio::spawn(group_writer(pool.clone(), jobs, max));
+            queue
+        });
+        Ok(Self { pool, group })
+    }
+
+    /// The pool, for the host's own health checks.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Closes every connection, waiting for the ones in use to come back.
+    /// Calls made afterwards, through any clone, fail with
+    /// [`StoreError::Backend`].
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Applies the migrations this database has not seen, in one transaction.
+async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+    const ACTION: &str = "migrate the PostgreSQL schema";
+    let mut tx = pool.begin().await.map_err(backend(ACTION))?;
+    // Instances starting together queue here; each sees the versions the
+    // ones before it applied.
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+             version     BIGINT      PRIMARY KEY,
+             applied_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+         )",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(backend(ACTION))?;
+    let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+    for migration in MIGRATIONS.iter().filter(|m| m.version > current) {
+        // A plain string runs as a simple query, which may hold several
+        // statements. (`sqlx::raw_sql` would too, but its future defeats
+        // rustc's `Send` inference at a caller's `tokio::spawn`.)
+        (&mut *tx)
+            .execute(migration.sql)
+            .await
+            .map_err(backend(ACTION))?;
+        sqlx::query("INSERT INTO schema_version (version) VALUES ($1)")
+            .bind(migration.version)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+    }
+    tx.commit().await.map_err(backend(ACTION))
+}

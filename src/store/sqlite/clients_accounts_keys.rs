@@ -1,0 +1,165 @@
+//! [`ClientRegistry`], [`AccountStore`] and [`ApiKeyStore`] on SQLite: the
+//! registered applications, the accounts, and their API keys.
+//!
+//! The per-account limit of API keys is counted and enforced in a
+//! `BEGIN IMMEDIATE` transaction, under the write lock.
+
+use async_trait::async_trait;
+
+use crate::store::sql::records::{account_from, api_key_from, client_from};
+use crate::store::sql::{backend, find_row, insert_row};
+use crate::{
+    Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore, Client, ClientId,
+    ClientRegistry, SecretHash, StoreError,
+};
+
+use super::SqliteStore;
+use super::columns::{Columns, json_text, micros, uuid_text};
+
+#[async_trait]
+impl ClientRegistry for SqliteStore {
+    async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
+        let statement = sqlx::query(
+            "INSERT INTO clients
+                 (id, name, secret_hash, redirect_uris, require_pkce, refresh_policy)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(client.id.as_str())
+        .bind(&client.name)
+        .bind(client.secret_hash.as_bytes().as_slice())
+        .bind(json_text(&client.redirect_uris)?)
+        .bind(client.require_pkce)
+        .bind(client.refresh_policy.map(|policy| policy.to_stored()));
+        insert_row(&self.writer, statement, "client", "register a client").await
+    }
+
+    async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
+        let statement = sqlx::query(
+            "SELECT id, name, secret_hash, redirect_uris, require_pkce, refresh_policy
+             FROM clients WHERE id = ?",
+        )
+        .bind(id.as_str());
+        find_row(&self.reader, statement, "read a client", client_from).await
+    }
+}
+
+#[async_trait]
+impl AccountStore for SqliteStore {
+    async fn insert_account(&self, account: &Account) -> Result<(), StoreError> {
+        // The primary key and the UNIQUE e-mail both answer `Duplicate`.
+        let statement = sqlx::query(
+            "INSERT INTO accounts (id, name, email, password_hash, custom_fields)
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(uuid_text(account.id.0))
+        .bind(&account.name)
+        .bind(&account.email)
+        .bind(account.password_hash.as_deref())
+        .bind(json_text(&account.custom_fields)?);
+        insert_row(&self.writer, statement, "account", "insert an account").await
+    }
+
+    async fn find_account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
+        let statement = sqlx::query(
+            "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE id = ?",
+        )
+        .bind(uuid_text(id.0));
+        find_row(&self.reader, statement, "read an account", |c| {
+            account_from(c)
+        })
+        .await
+    }
+
+    async fn find_account_by_email(&self, email: &str) -> Result<Option<Account>, StoreError> {
+        let statement = sqlx::query(
+            "SELECT id, name, email, password_hash, custom_fields FROM accounts WHERE email = ?",
+        )
+        .bind(email);
+        find_row(&self.reader, statement, "read an account", |c| {
+            account_from(c)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl ApiKeyStore for SqliteStore {
+    async fn insert_api_key(
+        &self,
+        key: &ApiKeyRecord,
+        max_per_account: usize,
+    ) -> Result<bool, StoreError> {
+        const ACTION: &str = "insert an api key";
+        // Count and insert under the write lock: two callers cannot both see
+        // room for the last key.
+        let mut tx = self.write_transaction(ACTION).await?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ? OR hash = ?)")
+                .bind(uuid_text(key.id.0))
+                .bind(key.hash.as_bytes().as_slice())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend(ACTION))?;
+        if exists {
+            return Err(StoreError::Duplicate { what: "api key" });
+        }
+        let held: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM api_keys WHERE account_id = ?")
+            .bind(uuid_text(key.account_id.0))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        if usize::try_from(held).unwrap_or(usize::MAX) >= max_per_account {
+            return Ok(false);
+        }
+        let statement = sqlx::query(
+            "INSERT INTO api_keys (id, account_id, hash, label, active, created_at)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(uuid_text(key.id.0))
+        .bind(uuid_text(key.account_id.0))
+        .bind(key.hash.as_bytes().as_slice())
+        .bind(&key.label)
+        .bind(key.active)
+        .bind(micros(key.created_at)?);
+        insert_row(&mut *tx, statement, "api key", ACTION).await?;
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(true)
+    }
+
+    async fn find_api_key(&self, hash: &SecretHash) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let statement = sqlx::query(
+            "SELECT id, account_id, hash, label, active, created_at FROM api_keys WHERE hash = ?",
+        )
+        .bind(hash.as_bytes().as_slice());
+        find_row(&self.reader, statement, "read an api key", |c| {
+            api_key_from(c)
+        })
+        .await
+    }
+
+    async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
+        let done = sqlx::query("UPDATE api_keys SET active = ? WHERE id = ?")
+            .bind(active)
+            .bind(uuid_text(id.0))
+            .execute(&self.writer)
+            .await
+            .map_err(backend("switch an api key"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn list_api_keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        // rowid breaks ties between keys created in the same microsecond:
+        // insertion order.
+        sqlx::query(
+            "SELECT id, account_id, hash, label, active, created_at FROM api_keys
+             WHERE account_id = ? ORDER BY created_at, rowid",
+        )
+        .bind(uuid_text(account.0))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend("list api keys"))?
+        .into_iter()
+        .map(|row| api_key_from(&Columns::new(row, "read an api key")))
+        .collect()
+    }
+}

@@ -1,0 +1,136 @@
+//! How the SQLite store keeps values in SQLite's few column types: uuids
+//! as hyphenated text, instants as integer microseconds since the Unix
+//! epoch, hashes as BLOBs, lists and JSON values as JSON text; and reading
+//! them back into records.
+
+use sqlx::sqlite::SqliteRow;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::StoreError;
+use crate::store::sql::records::RecordColumns;
+use crate::store::sql::{self, malformed};
+
+/// An instant as stored: microseconds since the Unix epoch.
+pub(super) fn micros(at: OffsetDateTime) -> Result<i64, StoreError> {
+    i64::try_from((at - OffsetDateTime::UNIX_EPOCH).whole_microseconds())
+        .map_err(|error| StoreError::backend("encode an instant", error))
+}
+
+/// An optional instant as stored.
+pub(super) fn opt_micros(at: Option<OffsetDateTime>) -> Result<Option<i64>, StoreError> {
+    at.map(micros).transpose()
+}
+
+/// A uuid as stored: hyphenated text.
+pub(super) fn uuid_text(id: Uuid) -> String {
+    id.hyphenated().to_string()
+}
+
+/// A list of strings as stored: a JSON array in a TEXT column.
+pub(super) fn json_text<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|error| StoreError::backend("encode a list", error))
+}
+
+/// An instant read back from microseconds since the Unix epoch, if
+/// `OffsetDateTime` can hold it.
+fn from_micros(micros: i64) -> Option<OffsetDateTime> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000).ok()
+}
+
+/// A row of SQLite, whose columns hold uuids as hyphenated text, instants
+/// as integer microseconds, hashes as BLOBs, and lists and JSON values as
+/// JSON text.
+pub(super) type Columns = sql::Columns<SqliteRow>;
+
+impl Columns {
+    /// A uuid from the hyphenated text stored in `column`.
+    fn parse_uuid(&self, column: &'static str, text: &str) -> Result<Uuid, StoreError> {
+        Uuid::parse_str(text).map_err(|_| malformed(self.action, column))
+    }
+
+    /// An instant from the microseconds stored in `column`.
+    fn instant(&self, column: &'static str, micros: i64) -> Result<OffsetDateTime, StoreError> {
+        from_micros(micros).ok_or_else(|| malformed(self.action, column))
+    }
+
+    /// A value from the JSON text stored in `column`.
+    fn parse_json<T: serde::de::DeserializeOwned>(
+        &self,
+        column: &'static str,
+    ) -> Result<T, StoreError> {
+        let text: String = self.get(column)?;
+        serde_json::from_str(&text).map_err(|_| malformed(self.action, column))
+    }
+}
+
+impl RecordColumns for Columns {
+    fn action(&self) -> &'static str {
+        self.action
+    }
+
+    fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
+        self.parse_uuid(column, &self.get::<String>(column)?)
+    }
+
+    fn optional_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
+        self.get::<Option<String>>(column)?
+            .map(|text| self.parse_uuid(column, &text))
+            .transpose()
+    }
+
+    fn uuids(&self, column: &'static str) -> Result<Vec<Uuid>, StoreError> {
+        self.parse_json(column)
+    }
+
+    fn time(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
+        self.instant(column, self.get(column)?)
+    }
+
+    fn optional_time(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError> {
+        self.get::<Option<i64>>(column)?
+            .map(|micros| self.instant(column, micros))
+            .transpose()
+    }
+
+    fn text(&self, column: &'static str) -> Result<String, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_text(&self, column: &'static str) -> Result<Option<String>, StoreError> {
+        self.get(column)
+    }
+
+    fn flag(&self, column: &'static str) -> Result<bool, StoreError> {
+        self.get(column)
+    }
+
+    fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_bytes(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(column)
+    }
+
+    fn strings(&self, column: &'static str) -> Result<Vec<String>, StoreError> {
+        self.parse_json(column)
+    }
+
+    fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
+        self.parse_json(column)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_round_trip_through_microseconds() {
+        let at = time::macros::datetime!(2026-03-01 12:00:00.123456 UTC);
+        let stored = micros(at).unwrap();
+        assert_eq!(stored, 1_772_366_400_123_456);
+        assert_eq!(from_micros(stored), Some(at));
+    }
+}

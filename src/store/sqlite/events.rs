@@ -1,0 +1,196 @@
+//! [`EventSink`] on SQLite, with group commit: concurrent `record` calls
+//! queue to one writer task that stores whatever has queued in one write
+//! transaction, each submission in a savepoint of its own, and answers each
+//! after the COMMIT.
+
+use async_trait::async_trait;
+use sqlx::Connection as _;
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
+use time::OffsetDateTime;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::store::sql::group_commit::{Job, RECORD, answer};
+use crate::store::sql::records::{
+    RecordColumns as _, channel_to_json, event_from, replay_or_reuse,
+};
+use crate::store::sql::{self, backend, find_row, insert_failed};
+use crate::{EventSink, EventSubmission, RecordOutcome, RecordedEvent, StoreError};
+
+use super::SqliteStore;
+use super::columns::{Columns, json_text, micros, uuid_text};
+
+/// Records one submission on `conn`, which is inside a write transaction
+/// (or a savepoint of one) that the caller commits, or rolls back on `Err`:
+/// the claim and the events stand or fall together.
+async fn record_in(
+    conn: &mut SqliteConnection,
+    submission: &EventSubmission,
+) -> Result<RecordOutcome, StoreError> {
+    if let Some(claim) = &submission.idempotency {
+        let existing = sqlx::query(
+            "SELECT fingerprint, expires_at, event_uuids, batch_uuid
+             FROM idempotency_claims WHERE account_id = ? AND scope = ? AND key = ?",
+        )
+        .bind(uuid_text(claim.account_id.0))
+        .bind(claim.scope.to_stored())
+        .bind(&claim.key)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(backend(RECORD))?;
+        if let Some(row) = existing {
+            let c = Columns::new(row, RECORD);
+            // A claim holds while it expires after the new claim is made.
+            if c.time("expires_at")? > claim.created_at {
+                return replay_or_reuse(&c, claim);
+            }
+        }
+    }
+    let batch_uuid = submission.batch_uuid.map(uuid_text);
+    for event in &submission.events {
+        sqlx::query(
+            "INSERT INTO events
+                 (event_uuid, account_id, received_at, event_type, event_family,
+                  conversion_identifier, email, payload, channel, batch_uuid)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(uuid_text(event.event_uuid))
+        .bind(uuid_text(event.account_id.0))
+        .bind(micros(event.received_at)?)
+        .bind(&event.event_type)
+        .bind(&event.event_family)
+        .bind(&event.conversion_identifier)
+        .bind(&event.email)
+        .bind(json_text(&event.payload)?)
+        .bind(json_text(&channel_to_json(&event.channel)?)?)
+        .bind(batch_uuid.as_deref())
+        .execute(&mut *conn)
+        .await
+        // The caller rolls back the events before it: all or nothing.
+        .map_err(insert_failed("event", RECORD))?;
+    }
+    if let Some(claim) = &submission.idempotency {
+        let event_uuids: Vec<Uuid> = submission.events.iter().map(|e| e.event_uuid).collect();
+        // An expired claim for the key is replaced.
+        sqlx::query(
+            "INSERT INTO idempotency_claims
+                 (account_id, scope, key, fingerprint, created_at, expires_at, event_uuids,
+                  batch_uuid)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (account_id, scope, key) DO UPDATE SET
+                 fingerprint = excluded.fingerprint,
+                 created_at = excluded.created_at,
+                 expires_at = excluded.expires_at,
+                 event_uuids = excluded.event_uuids,
+                 batch_uuid = excluded.batch_uuid",
+        )
+        .bind(uuid_text(claim.account_id.0))
+        .bind(claim.scope.to_stored())
+        .bind(&claim.key)
+        .bind(claim.fingerprint.as_slice())
+        .bind(micros(claim.created_at)?)
+        .bind(micros(claim.expires_at)?)
+        .bind(json_text(&event_uuids)?)
+        .bind(batch_uuid.as_deref())
+        .execute(&mut *conn)
+        .await
+        .map_err(backend(RECORD))?;
+    }
+    Ok(RecordOutcome::Recorded)
+}
+
+/// Records one submission in a write transaction of its own.
+async fn record_alone(
+    pool: &SqlitePool,
+    submission: &EventSubmission,
+) -> Result<RecordOutcome, StoreError> {
+    // The claim is checked and written, and the events inserted, under one
+    // write lock: concurrent retries with one key record once.
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(backend(RECORD))?;
+    let outcome = record_in(&mut tx, submission).await?;
+    // Only a committed submission is acknowledged.
+    tx.commit().await.map_err(backend(RECORD))?;
+    Ok(outcome)
+}
+
+/// The group-commit writer: takes whatever `record` calls have queued (up
+/// to `max`), records them in one write transaction, and answers each after
+/// the COMMIT.
+pub(super) async fn group_writer(pool: SqlitePool, mut queue: mpsc::Receiver<Job>, max: usize) {
+    let mut jobs = Vec::with_capacity(max);
+    while queue.recv_many(&mut jobs, max).await > 0 {
+        let outcomes = match jobs.as_slice() {
+            // Alone, a submission needs no savepoint.
+            [job] => vec![record_alone(&pool, &job.submission).await],
+            _ => record_group(&pool, &jobs)
+                .await
+                .unwrap_or_else(|error| vec![Err(error); jobs.len()]),
+        };
+        answer(&mut jobs, outcomes);
+    }
+}
+
+/// Records each job in a savepoint of one write transaction. `Ok` holds
+/// each job's own outcome, all committed; `Err` means the transaction
+/// failed and nothing was recorded.
+async fn record_group(
+    pool: &SqlitePool,
+    jobs: &[Job],
+) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(backend(RECORD))?;
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        // A failing submission rolls back to its savepoint: its neighbours'
+        // work stands.
+        let mut savepoint = tx.begin().await.map_err(backend(RECORD))?;
+        let outcome = record_in(&mut savepoint, &job.submission).await;
+        match outcome {
+            Ok(_) => savepoint.commit().await,
+            Err(_) => savepoint.rollback().await,
+        }
+        .map_err(backend(RECORD))?;
+        outcomes.push(outcome);
+    }
+    tx.commit().await.map_err(backend(RECORD))?;
+    Ok(outcomes)
+}
+
+#[async_trait]
+impl EventSink for SqliteStore {
+    async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
+        self.events.record(submission).await
+    }
+
+    async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {
+        let statement = sqlx::query(
+            "SELECT event_uuid, account_id, received_at, event_type, event_family,
+                    conversion_identifier, email, payload, channel
+             FROM events WHERE event_uuid = ?",
+        )
+        .bind(uuid_text(event_uuid));
+        find_row(&self.reader, statement, "read an event", event_from).await
+    }
+
+    async fn purge_expired_claims(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        const PURGES: [&str; 1] = ["DELETE FROM idempotency_claims WHERE rowid IN
+             (SELECT rowid FROM idempotency_claims WHERE expires_at < ?1 LIMIT ?2)"];
+        sql::purge(
+            &self.writer,
+            &PURGES,
+            micros(cutoff)?,
+            limit,
+            "purge expired idempotency claims",
+        )
+        .await
+    }
+}

@@ -1,0 +1,315 @@
+//! [`TokenStore`] on SQLite: grants, authorization codes, access and
+//! refresh tokens, and their purge.
+//!
+//! A code is taken by one conditional `UPDATE ... WHERE taken = 0
+//! RETURNING ...`; a redemption and a rotation read, then write, inside a
+//! `BEGIN IMMEDIATE` transaction that holds the write lock throughout.
+
+use async_trait::async_trait;
+use sqlx::Sqlite;
+use time::OffsetDateTime;
+
+use crate::store::sql::records::{
+    access_from, code_from, code_lookup, code_tombstone, grant_from, refresh_from, rotation_refused,
+};
+use crate::store::sql::{self, backend, find_row, insert_row};
+use crate::{
+    AccessTokenRecord, CodeLookup, CodeRecord, CodeTake, Grant, GrantId, RefreshTokenRecord,
+    Rotation, SecretHash, StoreError, TokenStore,
+};
+
+use super::SqliteStore;
+use super::columns::{Columns, micros, opt_micros, uuid_text};
+
+#[async_trait]
+impl TokenStore for SqliteStore {
+    async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
+        let statement = sqlx::query(
+            "INSERT INTO grants (id, client_id, account_id, created_at, revoked_at)
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(uuid_text(grant.id.0))
+        .bind(grant.client_id.as_str())
+        .bind(uuid_text(grant.account_id.0))
+        .bind(micros(grant.created_at)?)
+        .bind(opt_micros(grant.revoked_at)?);
+        insert_row(&self.writer, statement, "grant", "insert a grant").await
+    }
+
+    async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError> {
+        let statement = sqlx::query(
+            "SELECT id, client_id, account_id, created_at, revoked_at FROM grants WHERE id = ?",
+        )
+        .bind(uuid_text(id.0));
+        find_row(&self.reader, statement, "read a grant", grant_from).await
+    }
+
+    async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
+        // One statement; COALESCE keeps the first revocation time.
+        let done =
+            sqlx::query("UPDATE grants SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?")
+                .bind(micros(at)?)
+                .bind(uuid_text(id.0))
+                .execute(&self.writer)
+                .await
+                .map_err(backend("revoke a grant"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError> {
+        let statement = sqlx::query(
+            "INSERT INTO authorization_codes
+                 (hash, grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                  issued_at, expires_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(code.hash.as_bytes().as_slice())
+        .bind(uuid_text(code.grant_id.0))
+        .bind(code.client_id.as_str())
+        .bind(uuid_text(code.account_id.0))
+        .bind(&code.redirect_uri)
+        .bind(code.pkce.as_ref().map(|pkce| pkce.challenge.as_str()))
+        .bind(micros(code.issued_at)?)
+        .bind(micros(code.expires_at)?);
+        let action = "insert an authorization code";
+        insert_row(&self.writer, statement, "authorization code", action).await
+    }
+
+    async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError> {
+        const ACTION: &str = "take an authorization code";
+        // One conditional statement: of any number of callers, only the one
+        // whose UPDATE finds `taken = 0` gets the row back.
+        let take = sqlx::query(
+            "UPDATE authorization_codes SET taken = 1
+             WHERE hash = ? AND taken = 0
+             RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                       issued_at, expires_at",
+        )
+        .bind(hash.as_bytes().as_slice());
+        if let Some(code) = find_row(&self.writer, take, ACTION, |c| code_from(c, *hash)).await? {
+            return Ok(CodeTake::Taken(code));
+        }
+        // Codes are never untaken, so a row found now is a tombstone (or,
+        // if the purge deleted it meanwhile, none is found).
+        let tombstone =
+            sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?")
+                .bind(hash.as_bytes().as_slice());
+        Ok(find_row(&self.writer, tombstone, ACTION, code_tombstone)
+            .await?
+            .unwrap_or(CodeTake::NotFound))
+    }
+
+    async fn find_code(&self, hash: &SecretHash) -> Result<CodeLookup, StoreError> {
+        let statement = sqlx::query(
+            "SELECT grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                    issued_at, expires_at, taken
+             FROM authorization_codes WHERE hash = ?",
+        )
+        .bind(hash.as_bytes().as_slice());
+        let action = "read an authorization code";
+        Ok(
+            find_row(&self.reader, statement, action, |c| code_lookup(c, *hash))
+                .await?
+                .unwrap_or(CodeLookup::NotFound),
+        )
+    }
+
+    async fn redeem_code(
+        &self,
+        hash: &SecretHash,
+        refresh: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
+    ) -> Result<CodeTake, StoreError> {
+        const ACTION: &str = "redeem an authorization code";
+        // One write transaction: the code is marked and both tokens stored,
+        // or (on any error, when `tx` is dropped unfinished) rolled back.
+        let mut tx = self.write_transaction(ACTION).await?;
+        let take = sqlx::query(
+            "UPDATE authorization_codes SET taken = 1
+             WHERE hash = ? AND taken = 0
+             RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                       issued_at, expires_at",
+        )
+        .bind(hash.as_bytes().as_slice());
+        let Some(code) = find_row(&mut *tx, take, ACTION, |c| code_from(c, *hash)).await? else {
+            let tombstone =
+                sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?")
+                    .bind(hash.as_bytes().as_slice());
+            return Ok(find_row(&mut *tx, tombstone, ACTION, code_tombstone)
+                .await?
+                .unwrap_or(CodeTake::NotFound));
+        };
+        insert_refresh(&mut *tx, refresh, ACTION).await?;
+        insert_access(&mut *tx, access, ACTION).await?;
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(CodeTake::Taken(code))
+    }
+
+    async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
+        insert_access(&self.writer, token, "insert an access token").await
+    }
+
+    async fn find_access_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<AccessTokenRecord>, StoreError> {
+        // `revoked` comes from the grant, so revoking the grant revokes every
+        // token at once, those inserted later included. A token whose grant
+        // is unknown cannot be traced to a live authorization: revoked.
+        let statement = sqlx::query(
+            "SELECT a.grant_id, a.client_id, a.account_id, a.issued_at, a.expires_at,
+                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+             FROM access_tokens a LEFT JOIN grants g ON g.id = a.grant_id
+             WHERE a.hash = ?",
+        )
+        .bind(hash.as_bytes().as_slice());
+        let action = "read an access token";
+        find_row(&self.reader, statement, action, |c| access_from(c, *hash)).await
+    }
+
+    async fn insert_refresh_token(&self, token: &RefreshTokenRecord) -> Result<(), StoreError> {
+        insert_refresh(&self.writer, token, "insert a refresh token").await
+    }
+
+    async fn find_refresh_token(
+        &self,
+        hash: &SecretHash,
+    ) -> Result<Option<RefreshTokenRecord>, StoreError> {
+        let statement = sqlx::query(
+            "SELECT r.grant_id, r.client_id, r.account_id, r.issued_at, r.expires_at,
+                    r.predecessor, r.rotated_at, r.successor,
+                    s.rotated_at AS successor_used_at,
+                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+             FROM refresh_tokens r
+             LEFT JOIN grants g ON g.id = r.grant_id
+             LEFT JOIN refresh_tokens s ON s.hash = r.successor
+             WHERE r.hash = ?",
+        )
+        .bind(hash.as_bytes().as_slice());
+        let action = "read a refresh token";
+        find_row(&self.reader, statement, action, |c| refresh_from(c, *hash)).await
+    }
+
+    async fn rotate_refresh_token(
+        &self,
+        old: &SecretHash,
+        successor: &RefreshTokenRecord,
+        access: &AccessTokenRecord,
+        at: OffsetDateTime,
+    ) -> Result<Rotation, StoreError> {
+        const ACTION: &str = "rotate a refresh token";
+        // The write lock is held from the read below to the commit, so of
+        // any number of callers only one can see the token active.
+        let mut tx = self.write_transaction(ACTION).await?;
+        let current = sqlx::query(
+            "SELECT r.rotated_at, r.successor,
+                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+             FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
+             WHERE r.hash = ?",
+        )
+        .bind(old.as_bytes().as_slice())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        let Some(row) = current else {
+            return Ok(Rotation::NotFound);
+        };
+        if let Some(refused) = rotation_refused(&Columns::new(row, ACTION))? {
+            return Ok(refused);
+        }
+        sqlx::query("UPDATE refresh_tokens SET rotated_at = ?, successor = ? WHERE hash = ?")
+            .bind(micros(at)?)
+            .bind(successor.hash.as_bytes().as_slice())
+            .bind(old.as_bytes().as_slice())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        // On failure the transaction is dropped and rolled back: the old
+        // token stays active and neither new token is stored.
+        insert_refresh(&mut *tx, successor, ACTION).await?;
+        insert_access(&mut *tx, access, ACTION).await?;
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(Rotation::Rotated)
+    }
+
+    async fn purge_expired(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        // Each DELETE is a transaction of its own, of at most `limit` rows:
+        // the write lock is held for one short statement at a time.
+        const PURGES: [&str; 5] = [
+            "DELETE FROM authorization_codes WHERE rowid IN
+                 (SELECT rowid FROM authorization_codes WHERE expires_at < ?1 LIMIT ?2)",
+            "DELETE FROM access_tokens WHERE rowid IN
+                 (SELECT rowid FROM access_tokens WHERE expires_at < ?1 LIMIT ?2)",
+            "DELETE FROM refresh_tokens WHERE rowid IN
+                 (SELECT rowid FROM refresh_tokens WHERE rotated_at < ?1 LIMIT ?2)",
+            "DELETE FROM refresh_tokens WHERE rowid IN
+                 (SELECT rowid FROM refresh_tokens WHERE expires_at < ?1 LIMIT ?2)",
+            "DELETE FROM refresh_tokens WHERE rowid IN
+                 (SELECT r.rowid FROM grants g JOIN refresh_tokens r ON r.grant_id = g.id
+                  WHERE g.revoked_at < ?1 LIMIT ?2)",
+        ];
+        sql::purge(
+            &self.writer,
+            &PURGES,
+            micros(cutoff)?,
+            limit,
+            "purge expired tokens",
+        )
+        .await
+    }
+}
+
+/// Inserts an access token.
+async fn insert_access<'e, E>(
+    executor: E,
+    token: &AccessTokenRecord,
+    action: &'static str,
+) -> Result<(), StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let statement = sqlx::query(
+        "INSERT INTO access_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(token.hash.as_bytes().as_slice())
+    .bind(uuid_text(token.grant_id.0))
+    .bind(token.client_id.as_str())
+    .bind(uuid_text(token.account_id.0))
+    .bind(micros(token.issued_at)?)
+    .bind(micros(token.expires_at)?);
+    insert_row(executor, statement, "access token", action).await
+}
+
+/// Inserts a refresh token as active, whatever its `state` says.
+async fn insert_refresh<'e, E>(
+    executor: E,
+    token: &RefreshTokenRecord,
+    action: &'static str,
+) -> Result<(), StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let statement = sqlx::query(
+        "INSERT INTO refresh_tokens
+             (hash, grant_id, client_id, account_id, issued_at, expires_at, predecessor)
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(token.hash.as_bytes().as_slice())
+    .bind(uuid_text(token.grant_id.0))
+    .bind(token.client_id.as_str())
+    .bind(uuid_text(token.account_id.0))
+    .bind(micros(token.issued_at)?)
+    .bind(opt_micros(token.expires_at)?)
+    .bind(
+        token
+            .predecessor
+            .as_ref()
+            .map(|hash| hash.as_bytes().as_slice()),
+    );
+    insert_row(executor, statement, "refresh token", action).await
+}
