@@ -13,11 +13,12 @@
 //! | (A) | the application sends the browser to the dialog with its `client_id`, `redirect_uri`, `state` and, optionally, a PKCE challenge | [`crate::Gateway::authorization_request`] validates the query ([`dialog`]) |
 //! | (B) | the user signs in (the host's page) and allows or denies | [`crate::Gateway::approve`], [`crate::Gateway::deny`] |
 //! | (C) | the browser is redirected back with `code` and `state`, or `error=access_denied` | the [`crate::Approval`] or [`crate::Denial`] redirect |
-//! | (D) | the application exchanges the code, authenticated with its secret | [`crate::Gateway::token`] ([`token_endpoint`]) |
+//! | (D) | the application exchanges the code, authenticated with its secret | [`crate::Gateway::token`] ([`token_endpoint`], the client checked by [`client_auth`]) |
 //! | (E) | it receives an access token (86400 s) and a refresh token | [`crate::TokenResponse`] |
 //!
 //! Then, outside section 4.1: refreshing (section 6, the same
-//! [`crate::Gateway::token`], ruled by the client's [`crate::RefreshPolicy`]),
+//! [`crate::Gateway::token`], in [`refresh`], ruled by the client's
+//! [`crate::RefreshPolicy`]),
 //! revoking (RFC 7009, [`crate::Gateway::revoke`]) and calling the API with
 //! the access token ([`crate::Gateway::authenticate_bearer`]).
 //!
@@ -29,9 +30,11 @@
 
 pub(crate) mod bearer;
 pub(crate) mod client;
+pub(crate) mod client_auth;
 pub(crate) mod decisions;
 pub(crate) mod dialog;
 pub(crate) mod grant;
+pub(crate) mod refresh;
 pub(crate) mod refresh_policy;
 pub(crate) mod revocation;
 pub(crate) mod token_endpoint;

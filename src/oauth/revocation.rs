@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::oauth::token_endpoint::{params_error, presented_client};
+use crate::oauth::client_auth::{params_error, presented_client};
 use crate::request::Params;
 use crate::{
     AccessToken, AnswerContext, BearerError, ClientId, Gateway, GrantId, HttpAnswer, RefreshToken,

@@ -1,17 +1,20 @@
-//! The token endpoint (RFC 6749 sections 4.1.3 and 6): `POST /auth/token` exchanges
-//! a code for tokens, or a refresh token for new ones.
+//! The token endpoint (RFC 6749 sections 4.1.3 and 6): `POST /auth/token`
+//! exchanges a code for tokens, or a refresh token for new ones.
+//!
+//! [`Gateway::token`] reads the request, authenticates the client
+//! (`client_auth.rs`), and runs the code exchange here or the refresh
+//! (`refresh.rs`).
 
 use serde_json::json;
 
+use crate::oauth::client_auth::{params_error, presented_client};
 use crate::oauth::decisions::{
-    CodeRefusal, RefreshDecision, access_token_record, check_code_exchange, check_refresh_token,
-    decide_refresh, is_active, refresh_token_record,
+    CodeRefusal, access_token_record, check_code_exchange, refresh_token_record,
 };
-use crate::request::{HeaderCredentials, Params, ParamsError, parse_authorization};
+use crate::request::Params;
 use crate::{
-    AccessToken, AccessTokenRecord, AnswerContext, AuthorizationCode, Caller, Client, ClientId,
-    ClientSecret, CodeLookup, CodeTake, Gateway, GrantId, HttpAnswer, RefreshToken,
-    RefreshTokenRecord, RequestParts, Rotation, SecretHash, StoreError, ToHttpAnswer, TokenError,
+    AccessToken, AccessTokenRecord, AnswerContext, AuthorizationCode, Caller, Client, CodeLookup,
+    CodeTake, Gateway, GrantId, HttpAnswer, RefreshToken, RequestParts, ToHttpAnswer, TokenError,
 };
 
 /// A successful token answer.
@@ -59,85 +62,6 @@ enum GrantRequest {
     Refresh {
         refresh_token: String,
     },
-}
-
-/// Client credentials as presented, and whether they came by HTTP Basic.
-pub(crate) struct PresentedClient {
-    pub(crate) id: String,
-    pub(crate) secret: String,
-    pub(crate) basic: bool,
-}
-
-pub(crate) fn params_error(error: ParamsError) -> TokenError {
-    match error {
-        ParamsError::UnsupportedMediaType => TokenError::UnsupportedMediaType,
-        ParamsError::Malformed => TokenError::MalformedBody,
-        ParamsError::Duplicate(name) => TokenError::DuplicateParameter { name },
-        ParamsError::NotAString(name) => TokenError::InvalidDataType {
-            path: format!("body.{name}"),
-        },
-    }
-}
-
-/// The client credentials of a request: HTTP Basic (RFC 6749 section 2.3.1)
-/// or `client_id`/`client_secret` in the body. Both may be sent if they agree.
-/// A Bearer header is not client authentication and is ignored: some clients
-/// send their access token on every request, this one included (the real
-/// service's official Ruby client adds `Authorization: Bearer` to all its
-/// calls).
-///
-/// Returns `Ok(None)` when neither was sent.
-pub(crate) fn presented_client(
-    params: &Params,
-    authorization: Option<&str>,
-) -> Result<Option<PresentedClient>, TokenError> {
-    let header = authorization.map(parse_authorization);
-    let body_id = params.get("client_id");
-    let body_secret = params.get("client_secret");
-    match header {
-        Some(HeaderCredentials::Basic {
-            client_id,
-            client_secret,
-        }) => {
-            if body_id.is_some_and(|id| id != client_id) {
-                return Err(TokenError::Conflicting {
-                    path: "body.client_id",
-                    reason: "it differs from the Authorization header",
-                });
-            }
-            if body_secret.is_some_and(|secret| secret != client_secret) {
-                return Err(TokenError::Conflicting {
-                    path: "body.client_secret",
-                    reason: "it differs from the Authorization header",
-                });
-            }
-            Ok(Some(PresentedClient {
-                id: client_id,
-                secret: client_secret,
-                basic: true,
-            }))
-        }
-        Some(HeaderCredentials::Unreadable)
-            if authorization
-                .is_some_and(|h| h.trim_start().to_ascii_lowercase().starts_with("basic")) =>
-        {
-            Err(TokenError::InvalidClient { basic: true })
-        }
-        _ => match (body_id, body_secret) {
-            (None, None) => Ok(None),
-            (None, Some(_)) => Err(TokenError::MissingField {
-                path: "body.client_id",
-            }),
-            (Some(_), None) => Err(TokenError::MissingField {
-                path: "body.client_secret",
-            }),
-            (Some(id), Some(secret)) => Ok(Some(PresentedClient {
-                id: id.to_owned(),
-                secret: secret.to_owned(),
-                basic: false,
-            })),
-        },
-    }
 }
 
 /// What the body asks for: `code` means issue, `refresh_token` means refresh,
@@ -233,32 +157,6 @@ impl Gateway {
         }
     }
 
-    /// The registered client whose secret was presented.
-    pub(crate) async fn authenticate_client(
-        &self,
-        presented: &PresentedClient,
-    ) -> Result<Client, TokenError> {
-        let invalid = TokenError::InvalidClient {
-            basic: presented.basic,
-        };
-        let client = self
-            .stores
-            .clients
-            .find_client(&ClientId::new(presented.id.as_str()))
-            .await?;
-        // Hash the presented secret even for an unknown client, so that the
-        // answer's timing does not tell which client ids exist.
-        let secret = ClientSecret::new(presented.secret.as_str());
-        match client {
-            Some(client) if client.secret_matches(&secret, &self.hasher) => Ok(client),
-            Some(_) => Err(invalid),
-            None => {
-                let _ = secret.hash(&self.hasher);
-                Err(invalid)
-            }
-        }
-    }
-
     async fn exchange_code(
         &self,
         client: &Client,
@@ -334,134 +232,10 @@ impl Gateway {
         Err(TokenError::ExpiredCode)
     }
 
-    async fn refresh(
-        &self,
-        client: &Client,
-        presented: RefreshToken,
-    ) -> Result<TokenResponse, TokenError> {
-        let now = self.clock.now();
-        let hash = presented.hash(&self.hasher);
-        let policy = client.refresh_policy.unwrap_or(self.config.refresh_policy);
-        let mut record = self.valid_refresh_token(&hash, client, now).await?;
-        let caller = Caller {
-            account_id: record.account_id,
-            client_id: record.client_id.clone(),
-            grant_id: record.grant_id,
-        };
-        let mut decision = decide_refresh(&record, policy, now);
-        if decision == RefreshDecision::Rotate {
-            let successor = presented.successor(&self.hasher);
-            let successor_record = refresh_token_record(
-                &successor,
-                Some(hash),
-                &caller,
-                now,
-                &self.config,
-                &self.hasher,
-            );
-            let (access_token, access) = self.new_access_token(&caller, now);
-            // One atomic step: should it fail, the presented token is still
-            // active and the client's retry is a refresh like the first,
-            // not a reuse.
-            match self
-                .stores
-                .tokens
-                .rotate_refresh_token(&hash, &successor_record, &access, now)
-                .await?
-            {
-                Rotation::Rotated => {
-                    return Ok(self.stored_tokens(access_token, successor, caller));
-                }
-                // Lost a race with a concurrent refresh of the same token:
-                // decide again on the token as the winner left it.
-                Rotation::AlreadyRotated { .. } => {
-                    record = self.valid_refresh_token(&hash, client, now).await?;
-                    decision = decide_refresh(&record, policy, now);
-                }
-                Rotation::Revoked | Rotation::NotFound => {
-                    return Err(TokenError::InvalidRefreshToken);
-                }
-            }
-        }
-        match decision {
-            RefreshDecision::KeepToken => self.issue_access(caller, presented, now).await,
-            RefreshDecision::ReissueSuccessor(successor_hash) => {
-                self.reissue_successor(caller, &presented, successor_hash, now)
-                    .await
-            }
-            RefreshDecision::RevokeGrant => self.reused(caller.grant_id, now).await,
-            // The token read back after a lost race is rotated; a store that
-            // reports it rotated and then active is not keeping its
-            // contract.
-            RefreshDecision::Rotate => Err(TokenError::Store(StoreError::backend(
-                "rotate a refresh token",
-                RotationContended,
-            ))),
-        }
-    }
-
-    /// The refresh token hashed to `hash`, if it exists and `client` may use
-    /// it now (its rotation state is decided separately).
-    async fn valid_refresh_token(
-        &self,
-        hash: &SecretHash,
-        client: &Client,
-        now: time::OffsetDateTime,
-    ) -> Result<RefreshTokenRecord, TokenError> {
-        let record = self
-            .stores
-            .tokens
-            .find_refresh_token(hash)
-            .await?
-            .ok_or(TokenError::InvalidRefreshToken)?;
-        // Revoked, another client's or expired: one answer for all, so that
-        // the answer tells a thief nothing about the token it holds.
-        check_refresh_token(&record, &client.id, now)
-            .map_err(|_refusal| TokenError::InvalidRefreshToken)?;
-        Ok(record)
-    }
-
-    /// Answers with the successor already issued for `presented`, and a new
-    /// access token, if that successor is still the live one; otherwise the
-    /// use of `presented` is reuse.
-    async fn reissue_successor(
-        &self,
-        caller: Caller,
-        presented: &RefreshToken,
-        successor_hash: SecretHash,
-        now: time::OffsetDateTime,
-    ) -> Result<TokenResponse, TokenError> {
-        // Successors are derived from their predecessor under the server
-        // key, so the one issued can be handed out again without keeping it.
-        let successor = presented.successor(&self.hasher);
-        let live = self
-            .stores
-            .tokens
-            .find_refresh_token(&successor_hash)
-            .await?;
-        if successor.hash(&self.hasher) == successor_hash
-            && live.is_some_and(|record| is_active(&record) && !record.revoked)
-        {
-            return self.issue_access(caller, successor, now).await;
-        }
-        self.reused(caller.grant_id, now).await
-    }
-
-    /// A retired refresh token used again: the grant is revoked, since the
-    /// token may be in a thief's hands (RFC 9700 section 4.14.2).
-    async fn reused(
-        &self,
-        grant_id: GrantId,
-        now: time::OffsetDateTime,
-    ) -> Result<TokenResponse, TokenError> {
-        self.stores.tokens.revoke_grant(grant_id, now).await?;
-        Err(TokenError::InvalidRefreshToken)
-    }
-
     /// Issues an access token alongside a refresh token that is already
     /// stored (the grace window's successor, or the token kept under
     /// [`crate::RefreshPolicy::Reuse`]).
-    async fn issue_access(
+    pub(super) async fn issue_access(
         &self,
         caller: Caller,
         refresh_token: RefreshToken,
@@ -473,7 +247,7 @@ impl Gateway {
     }
 
     /// A fresh access token for `caller` and its record, not yet stored.
-    fn new_access_token(
+    pub(super) fn new_access_token(
         &self,
         caller: &Caller,
         now: time::OffsetDateTime,
@@ -484,7 +258,7 @@ impl Gateway {
     }
 
     /// The answer for tokens that are stored.
-    fn stored_tokens(
+    pub(super) fn stored_tokens(
         &self,
         access_token: AccessToken,
         refresh_token: RefreshToken,
@@ -498,9 +272,3 @@ impl Gateway {
         }
     }
 }
-
-/// A refresh token stayed active and unrotatable: the store reported it
-/// rotated by a concurrent caller, then read it back active.
-#[derive(Debug, thiserror::Error)]
-#[error("the refresh token kept changing while it was being rotated")]
-struct RotationContended;

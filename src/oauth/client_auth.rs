@@ -1,0 +1,112 @@
+//! Client authentication at the token and revocation endpoints (RFC 6749
+//! section 2.3.1): HTTP Basic or `client_id`/`client_secret` in the body.
+
+use crate::request::{HeaderCredentials, Params, ParamsError, parse_authorization};
+use crate::{Client, ClientId, ClientSecret, Gateway, TokenError};
+
+/// Client credentials as presented, and whether they came by HTTP Basic.
+pub(crate) struct PresentedClient {
+    pub(crate) id: String,
+    pub(crate) secret: String,
+    pub(crate) basic: bool,
+}
+
+pub(crate) fn params_error(error: ParamsError) -> TokenError {
+    match error {
+        ParamsError::UnsupportedMediaType => TokenError::UnsupportedMediaType,
+        ParamsError::Malformed => TokenError::MalformedBody,
+        ParamsError::Duplicate(name) => TokenError::DuplicateParameter { name },
+        ParamsError::NotAString(name) => TokenError::InvalidDataType {
+            path: format!("body.{name}"),
+        },
+    }
+}
+
+/// The client credentials of a request: HTTP Basic (RFC 6749 section 2.3.1)
+/// or `client_id`/`client_secret` in the body. Both may be sent if they agree.
+/// A Bearer header is not client authentication and is ignored: some clients
+/// send their access token on every request, this one included (the real
+/// service's official Ruby client adds `Authorization: Bearer` to all its
+/// calls).
+///
+/// Returns `Ok(None)` when neither was sent.
+pub(crate) fn presented_client(
+    params: &Params,
+    authorization: Option<&str>,
+) -> Result<Option<PresentedClient>, TokenError> {
+    let header = authorization.map(parse_authorization);
+    let body_id = params.get("client_id");
+    let body_secret = params.get("client_secret");
+    match header {
+        Some(HeaderCredentials::Basic {
+            client_id,
+            client_secret,
+        }) => {
+            if body_id.is_some_and(|id| id != client_id) {
+                return Err(TokenError::Conflicting {
+                    path: "body.client_id",
+                    reason: "it differs from the Authorization header",
+                });
+            }
+            if body_secret.is_some_and(|secret| secret != client_secret) {
+                return Err(TokenError::Conflicting {
+                    path: "body.client_secret",
+                    reason: "it differs from the Authorization header",
+                });
+            }
+            Ok(Some(PresentedClient {
+                id: client_id,
+                secret: client_secret,
+                basic: true,
+            }))
+        }
+        Some(HeaderCredentials::Unreadable)
+            if authorization
+                .is_some_and(|h| h.trim_start().to_ascii_lowercase().starts_with("basic")) =>
+        {
+            Err(TokenError::InvalidClient { basic: true })
+        }
+        _ => match (body_id, body_secret) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(TokenError::MissingField {
+                path: "body.client_id",
+            }),
+            (Some(_), None) => Err(TokenError::MissingField {
+                path: "body.client_secret",
+            }),
+            (Some(id), Some(secret)) => Ok(Some(PresentedClient {
+                id: id.to_owned(),
+                secret: secret.to_owned(),
+                basic: false,
+            })),
+        },
+    }
+}
+
+impl Gateway {
+    /// The registered client whose secret was presented.
+    pub(crate) async fn authenticate_client(
+        &self,
+        presented: &PresentedClient,
+    ) -> Result<Client, TokenError> {
+        let invalid = TokenError::InvalidClient {
+            basic: presented.basic,
+        };
+        let client = self
+            .stores
+            .clients
+            .find_client(&ClientId::new(presented.id.as_str()))
+            .await?;
+        // Hash the presented secret even for an unknown client, so that the
+        // answer's timing does not tell which client ids exist.
+        let secret = ClientSecret::new(presented.secret.as_str());
+        match client {
+            Some(client) if client.secret_matches(&secret, &self.hasher) => Ok(client),
+            Some(_) => Err(invalid),
+            None => {
+                let _ = secret.hash(&self.hasher);
+                Err(invalid)
+            }
+        }
+    }
+}
