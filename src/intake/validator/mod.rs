@@ -641,9 +641,7 @@ impl<'a> ConversionEvent<'a> {
 
     /// `tags`, in order: lowercase, unique, never blank. Empty when absent.
     pub fn tags(&self) -> Tags<'a> {
-        Tags {
-            elements: RawElements::new(self.tags.unwrap_or("[]")),
-        }
+        Tags::new(self.tags.unwrap_or("[]"))
     }
 
     /// `available_for_mailing`, when sent.
@@ -763,16 +761,41 @@ impl<'a> ConversionEvent<'a> {
 /// Each tag borrows from the body unless it held JSON escapes.
 #[derive(Clone, Debug)]
 pub struct Tags<'a> {
-    elements: RawElements<'a>,
+    /// The scanner over the raw text of `tags`, past the `[` and the tags
+    /// already given.
+    scanner: Scanner<'a>,
+    /// Whether no tag has been given yet (no `,` comes before the next one).
+    first: bool,
+}
+
+impl<'a> Tags<'a> {
+    /// The tags of `text`, the raw text of an array of strings the scanner
+    /// has checked.
+    fn new(text: &'a str) -> Self {
+        let mut scanner = Scanner::new(text, 0);
+        // The text was sliced from the `[` on: it opens with one.
+        let _opened = scanner.eat(b'[');
+        Tags {
+            scanner,
+            first: true,
+        }
+    }
 }
 
 impl<'a> Iterator for Tags<'a> {
     type Item = Cow<'a, str>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        // Every element was checked to be a string when the event was validated.
-        let element = self.elements.next()?;
-        Some(JsonStr::from_element(element).map_or(Cow::Borrowed(""), JsonStr::decode))
+        // The same scanner that checked the array when the event was
+        // validated reads it again, so it cannot fail here; should it, the
+        // iteration ends rather than panics.
+        if !self.scanner.next_element(&mut self.first).ok()? {
+            return None;
+        }
+        match self.scanner.peek_value() {
+            Some(b'"') => self.scanner.string().ok().map(JsonStr::decode),
+            _ => None,
+        }
     }
 }
 
@@ -1164,6 +1187,7 @@ const NESTING_LIMIT: usize = 127;
 /// body is read exactly once. Hand-written rather than serde-driven because a
 /// generic deserializer spent most of the time of a validation in plumbing
 /// (about twice the cost of this scanner on the benchmark bodies).
+#[derive(Clone, Debug)]
 struct Scanner<'a> {
     text: &'a str,
     position: usize,
@@ -1180,15 +1204,6 @@ struct JsonStr<'a> {
 }
 
 impl<'a> JsonStr<'a> {
-    /// A raw array element, if it is a string (a slice of checked JSON).
-    fn from_element(element: &'a str) -> Option<Self> {
-        let contents = string_contents(element)?;
-        Some(JsonStr {
-            contents,
-            escaped: has_escape(contents),
-        })
-    }
-
     /// The string itself: borrowed from the body unless it held escapes.
     #[inline]
     fn decode(self) -> Cow<'a, str> {
@@ -1347,35 +1362,72 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Reads an escape, its backslash just read.
-    fn escape(&mut self) -> Scan<()> {
-        match self.peek() {
-            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
-                self.position += 1;
-                Ok(())
+    /// Decodes the contents of a string this scanner has read (the text
+    /// between its quotes, the scanner at its start) into `decoded`.
+    fn unescape_into(&mut self, decoded: &mut String) -> Scan<()> {
+        loop {
+            let start = self.position;
+            self.position = find_special(self.bytes(), start);
+            // Both ends sit on an ASCII byte or the end: char boundaries.
+            decoded.push_str(self.text.get(start..self.position).unwrap_or_default());
+            match self.peek() {
+                None => return Ok(()),
+                Some(b'\\') => {
+                    self.position += 1;
+                    decoded.push(self.escape()?);
+                }
+                // A quote or a raw control character: not string contents.
+                Some(_) => return self.fail(),
             }
+        }
+    }
+
+    /// Reads an escape, its backslash just read, and gives the character it
+    /// stands for.
+    fn escape(&mut self) -> Scan<char> {
+        let decoded = match self.peek() {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
             Some(b'u') => {
                 self.position += 1;
+                return self.unicode_escape();
+            }
+            _ => return self.fail(),
+        };
+        self.position += 1;
+        Ok(decoded)
+    }
+
+    /// Reads the four hexadecimal digits of a `\u` escape (and those of the
+    /// low surrogate escape that must follow a high one); gives the character.
+    fn unicode_escape(&mut self) -> Scan<char> {
+        let scalar = match self.hex4()? {
+            // RFC 8259 section 7: a character outside the Basic
+            // Multilingual Plane is a pair of surrogate escapes;
+            // serde_json refuses a lone surrogate in a string, so do we
+            // (and PostgreSQL's jsonb refuses one too).
+            high @ 0xD800..=0xDBFF => {
+                if !(self.eat(b'\\') && self.eat(b'u')) {
+                    return self.fail();
+                }
                 match self.hex4()? {
-                    // RFC 8259 section 7: a character outside the Basic
-                    // Multilingual Plane is a pair of surrogate escapes;
-                    // serde_json refuses a lone surrogate in a string, so do we
-                    // (and PostgreSQL's jsonb refuses one too).
-                    0xD800..=0xDBFF => {
-                        if !(self.eat(b'\\') && self.eat(b'u')) {
-                            return self.fail();
-                        }
-                        match self.hex4()? {
-                            0xDC00..=0xDFFF => Ok(()),
-                            _ => self.fail(),
-                        }
+                    low @ 0xDC00..=0xDFFF => {
+                        0x10000 + (u32::from(high - 0xD800) << 10) + u32::from(low - 0xDC00)
                     }
-                    0xDC00..=0xDFFF => self.fail(),
-                    _ => Ok(()),
+                    _ => return self.fail(),
                 }
             }
-            _ => self.fail(),
-        }
+            0xDC00..=0xDFFF => return self.fail(),
+            scalar => u32::from(scalar),
+        };
+        // Every value left is a Unicode scalar value: surrogates were refused.
+        char::from_u32(scalar).map_or_else(|| self.fail(), Ok)
     }
 
     fn hex4(&mut self) -> Scan<u16> {
@@ -2153,55 +2205,8 @@ fn is_json_object(bytes: &[u8]) -> bool {
     scanner.peek_value() == Some(b'{') && scanner.skip_value(1).is_ok() && scanner.finish().is_ok()
 }
 
-// ---------------------------------------------------------------------------
-// Raw JSON text, already checked by the scanner
-// ---------------------------------------------------------------------------
-
-/// Iterator over the raw text of the elements of a JSON array, for an array
-/// the scanner has already checked. It never panics, even on other text: it
-/// stops at anything it does not expect.
-#[derive(Clone, Debug)]
-struct RawElements<'a> {
-    text: &'a str,
-    position: usize,
-}
-
-impl<'a> RawElements<'a> {
-    fn new(text: &'a str) -> Self {
-        let bytes = text.as_bytes();
-        let mut position = skip_whitespace(bytes, 0);
-        if bytes.get(position) == Some(&b'[') {
-            position += 1;
-        } else {
-            position = bytes.len();
-        }
-        RawElements { text, position }
-    }
-}
-
-impl<'a> Iterator for RawElements<'a> {
-    type Item = &'a str;
-
-    fn next(&mut self) -> Option<&'a str> {
-        let bytes = self.text.as_bytes();
-        let start = skip_whitespace(bytes, self.position);
-        if matches!(bytes.get(start), None | Some(b']')) {
-            self.position = bytes.len();
-            return None;
-        }
-        let end = raw_value_end(bytes, start);
-        let after = skip_whitespace(bytes, end);
-        self.position = if bytes.get(after) == Some(&b',') {
-            after + 1
-        } else {
-            bytes.len()
-        };
-        // Both ends sit on ASCII delimiters (or the end), so on char boundaries;
-        // `get` keeps even a surprise from panicking.
-        self.text.get(start..end)
-    }
-}
-
+/// The position of the first byte at or after `position` that is not JSON
+/// whitespace (RFC 8259 section 2), or the end of `bytes`.
 fn skip_whitespace(bytes: &[u8], mut position: usize) -> usize {
     while bytes
         .get(position)
@@ -2212,161 +2217,19 @@ fn skip_whitespace(bytes: &[u8], mut position: usize) -> usize {
     position
 }
 
-/// Skips one JSON value starting at `position`; gives the position after it.
-fn raw_value_end(bytes: &[u8], position: usize) -> usize {
-    match bytes.get(position) {
-        Some(b'"') => skip_string(bytes, position),
-        Some(b'[' | b'{') => {
-            let mut depth = 0usize;
-            let mut at = position;
-            while let Some(byte) = bytes.get(at) {
-                match byte {
-                    b'"' => {
-                        at = skip_string(bytes, at);
-                        continue;
-                    }
-                    b'[' | b'{' => depth += 1,
-                    b']' | b'}' => {
-                        depth = depth.saturating_sub(1);
-                        if depth == 0 {
-                            return at + 1;
-                        }
-                    }
-                    _ => {}
-                }
-                at += 1;
-            }
-            bytes.len()
-        }
-        _ => {
-            let mut at = position;
-            while bytes
-                .get(at)
-                .is_some_and(|b| !matches!(b, b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r'))
-            {
-                at += 1;
-            }
-            at
-        }
-    }
-}
-
-/// Skips a string starting at its opening quote; gives the position after its
-/// closing quote.
-fn skip_string(bytes: &[u8], position: usize) -> usize {
-    let mut at = position + 1;
-    while let Some(byte) = bytes.get(at) {
-        match byte {
-            b'\\' => at += 2,
-            b'"' => return at + 1,
-            _ => at += 1,
-        }
-    }
-    bytes.len()
-}
-
-/// Raw JSON string contents, escapes decoded. Out of line: most strings
-/// have no escape, and their path through [`JsonStr::decode`] stays small
-/// enough to inline.
+/// Raw JSON string contents the scanner has read, escapes decoded. Out of
+/// line: most strings have no escape, and their path through
+/// [`JsonStr::decode`] stays small enough to inline.
 #[inline(never)]
 fn unescape(contents: &str) -> String {
     // An escape is never shorter than the UTF-8 of what it stands for: one
     // allocation of the raw length always suffices.
     let mut decoded = String::with_capacity(contents.len());
-    decoded.extend(JsonChars::new(contents));
+    // The scanner that checked the escapes decodes them: one grammar, read
+    // by one piece of code. Checked contents decode whole; anything else
+    // would stop at its first malformed escape, never panic.
+    let _checked = Scanner::new(contents, 0).unescape_into(&mut decoded);
     decoded
-}
-
-/// Whether raw JSON string contents hold an escape.
-fn has_escape(contents: &str) -> bool {
-    // A plain loop: tags are short, and a memchr call costs more than it saves.
-    contents.bytes().any(|b| b == b'\\')
-}
-
-/// The text between the quotes of a raw JSON string, escapes left in.
-fn string_contents(element: &str) -> Option<&str> {
-    element.strip_prefix('"')?.strip_suffix('"')
-}
-
-/// The characters of raw JSON string contents, escapes decoded. Anything
-/// malformed (which serde_json has already refused) decodes as U+FFFD.
-#[derive(Clone, Debug)]
-struct JsonChars<'a> {
-    rest: &'a str,
-    /// Whether the last character was a replacement for a malformed escape.
-    replaced: bool,
-}
-
-impl<'a> JsonChars<'a> {
-    fn new(contents: &'a str) -> Self {
-        JsonChars {
-            rest: contents,
-            replaced: false,
-        }
-    }
-
-    fn hex4(&mut self) -> Option<u16> {
-        let digits = self.rest.get(..4)?;
-        if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let value = u16::from_str_radix(digits, 16).ok()?;
-        self.rest = self.rest.get(4..)?;
-        Some(value)
-    }
-
-    fn unicode_escape(&mut self) -> Option<char> {
-        let first = self.hex4()?;
-        match first {
-            0xD800..=0xDBFF => {
-                let rest = self.rest;
-                self.rest = self.rest.strip_prefix("\\u")?;
-                match self.hex4() {
-                    Some(second @ 0xDC00..=0xDFFF) => {
-                        let high = u32::from(first - 0xD800) << 10;
-                        let low = u32::from(second - 0xDC00);
-                        char::from_u32(0x10000 + high + low)
-                    }
-                    _ => {
-                        self.rest = rest;
-                        None
-                    }
-                }
-            }
-            0xDC00..=0xDFFF => None,
-            scalar => char::from_u32(u32::from(scalar)),
-        }
-    }
-}
-
-impl Iterator for JsonChars<'_> {
-    type Item = char;
-
-    fn next(&mut self) -> Option<char> {
-        let mut chars = self.rest.chars();
-        let first = chars.next()?;
-        self.rest = chars.as_str();
-        self.replaced = false;
-        if first != '\\' {
-            return Some(first);
-        }
-        let escaped = chars.next();
-        self.rest = chars.as_str();
-        let decoded = match escaped {
-            Some('"') => Some('"'),
-            Some('\\') => Some('\\'),
-            Some('/') => Some('/'),
-            Some('b') => Some('\u{8}'),
-            Some('f') => Some('\u{c}'),
-            Some('n') => Some('\n'),
-            Some('r') => Some('\r'),
-            Some('t') => Some('\t'),
-            Some('u') => self.unicode_escape(),
-            _ => None,
-        };
-        self.replaced = decoded.is_none();
-        Some(decoded.unwrap_or(char::REPLACEMENT_CHARACTER))
-    }
 }
 
 #[cfg(test)]
@@ -2475,31 +2338,27 @@ mod tests {
     }
 
     #[test]
-    fn raw_elements_walk_any_array() {
-        let text = r#" [ "a" , "b\"]" ,12, {"x":[1,"]"]}, null,[ ] ] "#;
-        let elements: Vec<&str> = RawElements::new(text).collect();
-        assert_eq!(
-            elements,
-            vec![
-                r#""a""#,
-                r#""b\"]""#,
-                "12",
-                r#"{"x":[1,"]"]}"#,
-                "null",
-                "[ ]"
-            ]
-        );
-        assert_eq!(RawElements::new("[]").count(), 0);
-        assert_eq!(RawElements::new("not an array").count(), 0);
+    fn tags_read_back_every_string_of_a_checked_array() {
+        let text = r#"[ "a" , "b\"]" ,"na\u00efve",""]"#;
+        let tags: Vec<Cow<'_, str>> = Tags::new(text).collect();
+        assert_eq!(tags, ["a", "b\"]", "na\u{ef}ve", ""]);
+        assert!(matches!(tags[0], Cow::Borrowed("a")), "{:?}", tags[0]);
+        assert_eq!(Tags::new("[]").count(), 0);
+        assert_eq!(Tags::new("[ ]").count(), 0);
+        // Text no scanner checked ends the iteration; it never panics.
+        assert_eq!(Tags::new("not an array").count(), 0);
+        assert_eq!(Tags::new(r#"["a",12,"b"]"#).count(), 1);
     }
 
     #[test]
-    fn json_chars_decode_escapes_and_pairs() {
-        let decoded: String = JsonChars::new(r"na\u00efve \ud83d\ude00 \n\t\/\\\u0041").collect();
-        assert_eq!(decoded, "naïve \u{1F600} \n\t/\\A");
-        let raw = |text| JsonStr::from_element(text).expect("a string");
-        assert_eq!(raw(r#""\u0061b""#).decode(), "ab");
-        assert!(matches!(raw(r#""ab""#).decode(), Cow::Borrowed("ab")));
+    fn escapes_decode_as_the_scanner_reads_them() {
+        let decoded = unescaped(r#""na\u00efve \ud83d\ude00 \n\t\/\\\u0041\"\b\f\r""#);
+        assert_eq!(decoded, "na\u{ef}ve \u{1F600} \n\t/\\A\"\u{8}\u{c}\r");
+        assert!(matches!(unescaped(r#""ab""#), Cow::Borrowed("ab")));
+        assert_eq!(unescape(r"\u00e9\uD83D\uDE00x"), "\u{e9}\u{1F600}x");
+        // Contents no scanner checked stop at the first malformed escape.
+        assert_eq!(unescape(r"ok\x rest"), "ok");
+        assert_eq!(unescape(r"a\ud800"), "a");
     }
 
     fn scan(text: &str) -> Scan<usize> {
