@@ -169,11 +169,14 @@ pub use intake::event::{
 pub use intake::validator::errors::{
     DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,
 };
+pub use intake::validator::event::ConversionEvent;
 pub use intake::validator::json_path::{JsonPath, PathSegment};
-pub use intake::validator::{
-    ConversionEvent, ConversionLimits, LegalBasis, LegalBasisCategory, LegalBasisStatus,
-    LegalBasisType, Tags, UnknownAttributes, validate_batch, validate_conversion,
+pub use intake::validator::legal_bases::{
+    LegalBasis, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
 };
+pub use intake::validator::limits::{ConversionLimits, UnknownAttributes};
+pub use intake::validator::tags::Tags;
+pub use intake::validator::{validate_batch, validate_conversion};
 
 // Storage: the traits, memory, SQLite and PostgreSQL, the conformance suite.
 mod store;

@@ -1,0 +1,208 @@
+//! Legal bases: the `legal_bases` array of the payload, each element a
+//! `category`, a `type` and (with type `consent`) a `status`; the typed
+//! [`LegalBasis`] it yields.
+
+use super::choice::{Chosen, choice};
+use super::context::{Ctx, Shaped};
+use super::errors::{DataType, ErrorType, ValidationRules};
+use super::event::ConversionEvent;
+use super::lexer::{Lexer, Scalar, Scan};
+use super::payload::Field;
+use super::unknown::{DroppedAttributes, Scope, read_unknown_attribute};
+
+/// The `category` of a legal basis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LegalBasisCategory {
+    /// `communications`: consent to receive e-mails and other messages.
+    Communications,
+    /// `data_processing`: grounds for processing the contact's data.
+    DataProcessing,
+}
+
+/// The `type` of a legal basis (named `kind` here, `type` being a keyword).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LegalBasisType {
+    /// `consent`; a `status` is then required.
+    Consent,
+    /// `pre_existent_contract`.
+    PreExistentContract,
+    /// `legitimate_interest`.
+    LegitimateInterest,
+    /// `judicial_process`.
+    JudicialProcess,
+    /// `vital_interest`.
+    VitalInterest,
+    /// `public_interest`.
+    PublicInterest,
+}
+
+/// The `status` of a legal basis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LegalBasisStatus {
+    /// `granted`.
+    Granted,
+    /// `declined`.
+    Declined,
+}
+
+/// One validated element of `legal_bases`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct LegalBasis {
+    /// The `category` member.
+    pub category: LegalBasisCategory,
+    /// The `type` member.
+    pub kind: LegalBasisType,
+    /// The `status` member; always present when `kind` is
+    /// [`LegalBasisType::Consent`], and kept when sent with another type.
+    pub status: Option<LegalBasisStatus>,
+}
+
+choice!(LegalBasisCategory {
+    Communications => "communications",
+    DataProcessing => "data_processing",
+});
+choice!(LegalBasisType {
+    Consent => "consent",
+    PreExistentContract => "pre_existent_contract",
+    LegitimateInterest => "legitimate_interest",
+    JudicialProcess => "judicial_process",
+    VitalInterest => "vital_interest",
+    PublicInterest => "public_interest",
+});
+choice!(LegalBasisStatus {
+    Granted => "granted",
+    Declined => "declined",
+});
+
+/// Members of a legal-basis object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BasisKey {
+    /// `category`.
+    Category,
+    /// `type`.
+    Type,
+    /// `status`.
+    Status,
+}
+
+impl BasisKey {
+    /// The member's name on the wire.
+    const fn name(self) -> &'static str {
+        match self {
+            BasisKey::Category => "category",
+            BasisKey::Type => "type",
+            BasisKey::Status => "status",
+        }
+    }
+
+    /// The member `name` names, if the validator knows it.
+    fn classify(name: &str) -> Option<Self> {
+        match name {
+            "category" => Some(BasisKey::Category),
+            "type" => Some(BasisKey::Type),
+            "status" => Some(BasisKey::Status),
+            _ => None,
+        }
+    }
+}
+
+/// Reads `legal_bases` (an array at depth 3) into the event.
+pub(super) fn read_legal_bases<'a>(
+    lexer: &mut Lexer<'a>,
+    ctx: &mut Ctx<'_, 'a>,
+    event: &mut ConversionEvent<'a>,
+) -> Scan<Shaped<()>> {
+    match lexer.peek_value() {
+        Some(b'[') => lexer.open(b'[', 3)?,
+        Some(b'n') => return lexer.literal(b"null").map(|()| Shaped::Null),
+        _ => return lexer.skip_value(3).map(|_| Shaped::Wrong),
+    }
+    let max = ctx.limits.max_legal_bases;
+    let (mut first, mut index) = (true, 0);
+    while lexer.next_element(&mut first)? {
+        if index >= max {
+            if index == max {
+                ctx.report(
+                    ErrorType::TooManyItems,
+                    ctx.field_path(Field::LegalBases),
+                    Some(ValidationRules::MaxItems(max)),
+                );
+            }
+            lexer.skip_value(4)?;
+        } else if lexer.peek_value() == Some(b'{') {
+            if let Some(basis) = read_legal_basis(lexer, ctx, &mut event.dropped, index)? {
+                event.legal_bases.push(basis);
+            }
+        } else {
+            lexer.skip_value(4)?;
+            ctx.wrong_type(ctx.basis_path(index), DataType::Object);
+        }
+        index += 1;
+    }
+    Ok(Shaped::Right(()))
+}
+
+/// Reads one legal-basis object (at depth 4), its `{` next; `None` when it
+/// had errors.
+fn read_legal_basis<'a>(
+    lexer: &mut Lexer<'a>,
+    ctx: &mut Ctx<'_, 'a>,
+    dropped: &mut DroppedAttributes<'a>,
+    index: usize,
+) -> Scan<Option<LegalBasis>> {
+    lexer.open(b'{', 4)?;
+    let errors_before = ctx.errors.found();
+    let mut seen = [false; 3];
+    let mut sent = [false; 3];
+    let (mut category, mut kind, mut status) = (None, None, None);
+    let mut first = true;
+    while let Some(key) = lexer.next_key(&mut first)? {
+        let name = key.decode();
+        let Some(key) = BasisKey::classify(&name) else {
+            let scope = Scope::LegalBasis(u32::try_from(index).unwrap_or(u32::MAX));
+            // Depth 5: event 1, payload 2, legal_bases 3, this object 4.
+            read_unknown_attribute(lexer, ctx, name, scope, 5, dropped)?;
+            continue;
+        };
+        let path = |ctx: &Ctx<'_, 'a>| ctx.basis_path(index).name(key.name());
+        if std::mem::replace(&mut seen[key as usize], true) {
+            lexer.skip_value(5)?;
+            ctx.report(ErrorType::DuplicateField, path(ctx), None);
+            continue;
+        }
+        let value = lexer.scalar(5)?;
+        sent[key as usize] = !matches!(value, Scalar::Null);
+        match key {
+            BasisKey::Category => category = ctx.check_choice(path, Chosen::of(value)),
+            BasisKey::Type => kind = ctx.check_choice(path, Chosen::of(value)),
+            BasisKey::Status => status = ctx.check_choice(path, Chosen::of(value)),
+        }
+    }
+    let mut required = [BasisKey::Category, BasisKey::Type, BasisKey::Status].as_slice();
+    // COMPAT.md: status comes with type consent; without it the consent
+    // would record neither a grant nor a refusal.
+    if kind != Some(LegalBasisType::Consent) {
+        required = &required[..2];
+    }
+    for key in required {
+        if !sent[*key as usize] {
+            ctx.report(
+                ErrorType::CannotBeNull,
+                ctx.basis_path(index).name(key.name()),
+                None,
+            );
+        }
+    }
+    Ok(match (category, kind) {
+        (Some(category), Some(kind)) if ctx.errors.found() == errors_before => Some(LegalBasis {
+            category,
+            kind,
+            status,
+        }),
+        _ => None,
+    })
+}
