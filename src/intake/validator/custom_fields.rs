@@ -1,7 +1,7 @@
 //! Custom fields: the `cf_` members of the payload that the account defines,
 //! and the search of the account's list by name.
 //!
-//! COMPAT.md: a payload member `cf_plan` is the account's custom field
+//! As in the real service, a payload member `cf_plan` is the account's custom field
 //! `plan`; its value must be a string. A `cf_` member the account does not
 //! define is an unknown attribute ([`super::unknown`]).
 

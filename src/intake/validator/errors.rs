@@ -16,8 +16,8 @@ use super::json_path::JsonPath;
 
 /// The kind of a validation error, sent as `error_type`.
 ///
-/// The names are those the real service uses where it has one (COMPAT.md:
-/// `BAD_REQUEST`, `CANNOT_BE_NULL`, `CANNOT_BE_BLANK`, `INVALID_DATA_TYPE`,
+/// The names are those the real service (the RD Station Marketing API) uses
+/// where it has one (`BAD_REQUEST`, `CANNOT_BE_NULL`, `CANNOT_BE_BLANK`, `INVALID_DATA_TYPE`,
 /// `INVALID_OPTION`, `INVALID_EMAIL_FORMAT`, `VALUES_MUST_BE_LOWERCASE`,
 /// `VALUES_MUST_BE_UNIQUE`, `CONFLICTING_FIELD`); the others are this crate's
 /// and are documented on each variant.

@@ -183,7 +183,7 @@ fn read_legal_basis<'a>(
         }
     }
     let mut required = [BasisKey::Category, BasisKey::Type, BasisKey::Status].as_slice();
-    // COMPAT.md: status comes with type consent; without it the consent
+    // The real service asks for status with type consent (only); without it the consent
     // would record neither a grant nor a refusal.
     if kind != Some(LegalBasisType::Consent) {
         required = &required[..2];

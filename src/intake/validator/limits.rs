@@ -8,8 +8,8 @@
 pub enum UnknownAttributes {
     /// Accept the event, leave the attribute out of the recorded payload and
     /// list it in [`ConversionEvent::unknown_attributes`](crate::ConversionEvent::unknown_attributes). This is what the
-    /// real service does (COMPAT.md: such attributes "are not stored ... and
-    /// the event is still accepted"), so it is the default.
+    /// real service does (it stores them nowhere and still accepts the
+    /// event), so it is the default.
     #[default]
     AcceptAndDrop,
     /// Reject the event with an [`ErrorType::UnknownField`](crate::ErrorType::UnknownField) error

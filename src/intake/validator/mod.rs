@@ -1,7 +1,10 @@
 //! Conversion events: a pure validator for their JSON body and the typed event it yields.
 //!
-//! [`validate_conversion`] checks a body against the rules of the spec's
-//! "Conversion event" section and of COMPAT.md in one pass over the bytes,
+//! [`validate_conversion`] checks a body against the rules of the real
+//! service's conversion event (required `event_type`, `event_family` and
+//! `payload.conversion_identifier` and `email`, typed and bounded standard
+//! fields, custom `cf_` fields, legal bases, lowercase unique tags) in one
+//! pass over the bytes,
 //! without I/O, clock or store. A valid event borrows its strings from the body,
 //! so validating a typical event allocates nothing; an invalid one costs about
 //! one allocation per error, and every error is reported, not only the first.

@@ -2,7 +2,7 @@
 //! its raw JSON text, then read again by the lexer only when the host asks
 //! for them ([`Tags`]), so that a valid event holds no list of tags.
 //!
-//! COMPAT.md: tags are lowercase (`VALUES_MUST_BE_LOWERCASE`) and unique
+//! As the real service requires, tags are lowercase (`VALUES_MUST_BE_LOWERCASE`) and unique
 //! (`VALUES_MUST_BE_UNIQUE`).
 
 use std::borrow::Cow;

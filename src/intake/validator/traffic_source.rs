@@ -26,8 +26,9 @@ const COOKIE_BUFFER: usize = 3072;
 /// UTM source: JSON object text, raw, or base64-encoded (standard or URL-safe
 /// alphabet, padded or not). Surrounding whitespace is ignored.
 ///
-/// COMPAT.md: "`traffic_source` may hold the value of the `__trf.src` cookie,
-/// which is JSON, either raw or base64-encoded".
+/// Website forms send in `traffic_source` the value of the `__trf.src`
+/// cookie the real service's tracking script sets: JSON, either raw or
+/// base64-encoded.
 pub(super) fn is_traffic_source_cookie(value: &str) -> bool {
     let value = value.trim();
     if value.starts_with('{') {

@@ -2,8 +2,8 @@
 //! fields of the account, wherever they sit (the event, the payload, a legal
 //! basis), and the list of those accepted and dropped.
 //!
-//! COMPAT.md: such attributes "are not stored ... and the event is still
-//! accepted"; [`UnknownAttributes::Reject`] refuses them instead. Their values
+//! The real service accepts such attributes and drops them: they are not
+//! stored and the event is still accepted; [`UnknownAttributes::Reject`] refuses them instead. Their values
 //! are the only place where an event may nest freely, so they are where
 //! [`ConversionLimits::max_depth`] applies.
 
