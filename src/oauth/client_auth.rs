@@ -110,3 +110,79 @@ impl Gateway {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+
+    use super::*;
+
+    fn form(text: &str) -> Params {
+        Params::from_form(text.as_bytes()).expect("a valid form")
+    }
+
+    fn basic(id: &str, secret: &str) -> String {
+        format!("Basic {}", STANDARD.encode(format!("{id}:{secret}")))
+    }
+
+    /// What was presented, as `(id, secret, basic)`, or the error's `Debug`.
+    fn presented(
+        body: &str,
+        authorization: Option<&str>,
+    ) -> Result<(String, String, bool), String> {
+        match presented_client(&form(body), authorization) {
+            Ok(Some(client)) => Ok((client.id, client.secret, client.basic)),
+            Ok(None) => Err("nothing presented".into()),
+            Err(error) => Err(format!("{error:?}")),
+        }
+    }
+
+    #[test]
+    fn basic_and_body_credentials_may_both_be_sent_if_they_agree() {
+        let header = basic("app", "s3cret");
+        let expected = Ok(("app".to_owned(), "s3cret".to_owned(), true));
+        assert_eq!(presented("", Some(&header)), expected);
+        assert_eq!(
+            presented("client_id=app&client_secret=s3cret", Some(&header)),
+            expected
+        );
+        let other_secret = presented("client_secret=other", Some(&header));
+        assert!(
+            other_secret
+                .as_ref()
+                .is_err_and(|e| e.contains("body.client_secret")),
+            "{other_secret:?}"
+        );
+        let other_id = presented("client_id=other", Some(&header));
+        assert!(
+            other_id
+                .as_ref()
+                .is_err_and(|e| e.contains("body.client_id")),
+            "{other_id:?}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_basic_header_is_an_invalid_client_but_other_schemes_are_ignored() {
+        let body = "client_id=app&client_secret=s3cret";
+        for header in ["Basic !!!", "  basic !!!", "BASIC"] {
+            let outcome = presented(body, Some(header));
+            assert_eq!(
+                outcome,
+                Err(format!("{:?}", TokenError::InvalidClient { basic: true })),
+                "{header}"
+            );
+        }
+        // RFC 6749 section 2.3.1 names Basic; a Bearer token (sent by some
+        // clients on every call) or another scheme is not client
+        // authentication, and the body's credentials count.
+        for header in ["Bearer cgat_x", "Digest abc", "Bearer"] {
+            assert_eq!(
+                presented(body, Some(header)),
+                Ok(("app".to_owned(), "s3cret".to_owned(), false)),
+                "{header}"
+            );
+        }
+    }
+}
