@@ -13,7 +13,7 @@
 //! Each request carries the client's address as axum's
 //! `ConnectInfo<SocketAddr>`, which the sign-in throttle reads. The body
 //! size limits, CORS, JSON errors, logs and the per-request timeout are the
-//! router's (`app.rs`).
+//! router's (`app.rs` and the library's `axum::router`).
 
 use std::future::Future;
 use std::io;
