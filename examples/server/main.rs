@@ -24,6 +24,8 @@
 mod app;
 mod demo;
 mod dialog;
+#[cfg(test)]
+mod dialog_tests;
 mod key_file;
 mod pages;
 mod passwords;
