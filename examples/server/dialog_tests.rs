@@ -2,7 +2,7 @@
 //! test moves (session expiry, the end of a throttle window), a password
 //! check slot the test holds, client addresses beyond loopback, and a host
 //! that forgets `ConnectInfo`. Everything else is tested through the binary
-//! (tests/server).
+//! (tests/server). Run with `cargo test --examples`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! `process`, `oauth2_client`). The binary is the one `cargo test` builds
 //! into `target/<profile>/examples/`; the internals only reachable
 //! in-process (the throttle's arithmetic, the accept loop, clock-driven
-//! expiry) are the example's own unit tests.
+//! expiry) are the example's own unit tests (`cargo test --examples`).
 
 mod dialog;
 mod oauth2_client;

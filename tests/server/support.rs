@@ -38,11 +38,37 @@ pub fn server_binary() -> PathBuf {
         .join(format!("server{}", std::env::consts::EXE_SUFFIX));
     assert!(
         binary.is_file(),
-        "the example server's binary is missing at {}: `cargo test` builds it; \
-         otherwise run `cargo build --example server` first",
+        "the example server's binary is missing at {}: a plain `cargo test` \
+         builds it; with `cargo test --test server`, run \
+         `cargo build --example server` first",
         binary.display()
     );
+    // `cargo test --test server` does not rebuild examples: refuse to test
+    // an old binary against newer sources (those cargo's dep-info lists).
+    let built = modified(&binary);
+    let sources = std::fs::read_to_string(binary.with_extension("d")).unwrap_or_default();
+    let newer = sources
+        .lines()
+        .next()
+        .and_then(|line| line.split_once(": "))
+        .into_iter()
+        .flat_map(|(_, sources)| sources.split_whitespace())
+        .map(Path::new)
+        .find(|source| source.is_file() && modified(source) > built);
+    if let Some(newer) = newer {
+        panic!(
+            "the example server's binary is older than {}: run \
+             `cargo build --example server` (a plain `cargo test` does)",
+            newer.display()
+        );
+    }
     binary
+}
+
+fn modified(path: &Path) -> std::time::SystemTime {
+    std::fs::metadata(path)
+        .and_then(|metadata| metadata.modified())
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
 /// The demo credentials file the server writes.
