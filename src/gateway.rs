@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use crate::{
     Account, AccountId, AccountStore, AnswerContext, ApiKey, ApiKeyError, ApiKeyId, ApiKeyRecord,
-    ApiKeyStore, Client, ClientRegistration, ClientRegistry, ClientSecret, Clock, EventSink,
-    GatewayConfig, HttpAnswer, MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry,
-    MemoryEventSink, MemoryTokenStore, OsRandom, RandomSource, SecretHasher, StoreError,
-    SystemClock, ToHttpAnswer, TokenStore,
+    ApiKeyStore, Client, ClientId, ClientRegistration, ClientRegistry, ClientSecret, Clock,
+    EventSink, GatewayConfig, HttpAnswer, MemoryAccountStore, MemoryApiKeyStore,
+    MemoryClientRegistry, MemoryEventSink, MemoryTokenStore, OsRandom, RandomSource, SecretHasher,
+    StoreError, SystemClock, ToHttpAnswer, TokenStore,
 };
 
 /// The stores a [`Gateway`] works on, one per storage trait.
@@ -134,6 +134,15 @@ impl Gateway {
         Ok((client, secret))
     }
 
+    /// The registered application with this id, for a host's own pages (a
+    /// developer console, or a check before registering a known client).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
+        self.stores.clients.find_client(id).await
+    }
+
     /// Stores a new account.
     ///
     /// # Errors
@@ -188,6 +197,17 @@ impl Gateway {
         }
     }
 
+    /// The API keys of `account`, switched on or off, oldest first: their
+    /// records (ids, labels, hashes), never the keys themselves, which are
+    /// not kept. For a host's settings page, beside
+    /// [`Gateway::set_api_key_active`].
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn list_api_keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.stores.api_keys.list_api_keys(account).await
+    }
+
     /// Deletes what stopped being usable more than
     /// [`GatewayConfig::purge_retention`] ago: expired authorization codes
     /// and access tokens, rotated and expired refresh tokens, the refresh
@@ -233,5 +253,59 @@ impl Gateway {
     /// The store's error.
     pub async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
         self.stores.api_keys.set_api_key_active(id, active).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SeededRandom;
+
+    fn gateway() -> Gateway {
+        Gateway::new(
+            GatewayConfig::new("https://gateway.test"),
+            Stores::in_memory(),
+            SecretHasher::new([3; 32]),
+        )
+        .with_random(Arc::new(SeededRandom::new(7)))
+    }
+
+    #[tokio::test]
+    async fn a_registered_client_is_found_by_its_id_and_no_other() {
+        let gateway = gateway();
+        let registration = ClientRegistration::new("App", ["https://app.example/cb"]);
+        let (client, _) = gateway.register_client(registration).await.unwrap();
+        let found = gateway.find_client(&client.id).await.unwrap();
+        assert_eq!(
+            found.as_ref().map(|c| &c.name),
+            Some(&client.name),
+            "{found:?}"
+        );
+        let other = gateway
+            .find_client(&ClientId::new("cgci_other"))
+            .await
+            .unwrap();
+        assert!(other.is_none(), "{other:?}");
+    }
+
+    #[tokio::test]
+    async fn an_accounts_api_keys_are_listed_oldest_first_switched_off_included() {
+        let gateway = gateway();
+        let random = SeededRandom::new(9);
+        let account = Account::new("Shop", "owner@shop.example", &random);
+        gateway.create_account(&account).await.unwrap();
+        let (first, _) = gateway.issue_api_key(account.id, "form").await.unwrap();
+        let (second, _) = gateway.issue_api_key(account.id, "crm").await.unwrap();
+        assert!(gateway.set_api_key_active(first.id, false).await.unwrap());
+        let listed = gateway.list_api_keys(account.id).await.unwrap();
+        let summary: Vec<_> = listed.iter().map(|k| (k.id, k.active)).collect();
+        assert_eq!(
+            summary,
+            [(first.id, false), (second.id, true)],
+            "{listed:?}"
+        );
+        let other = Account::new("Other", "other@shop.example", &random);
+        let none = gateway.list_api_keys(other.id).await.unwrap();
+        assert!(none.is_empty(), "{none:?}");
     }
 }

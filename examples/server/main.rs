@@ -1,36 +1,60 @@
-//! The whole service of spec.md on one address: the authorization dialog, the
-//! token, revocation and intake endpoints, on an embedded SQLite store by
-//! default.
+//! The whole service on one address: the authorization dialog, the token,
+//! revocation and intake endpoints, on an embedded SQLite store by default.
 //!
 //! ```text
-//! cargo run --example server --features sqlite -- --demo-credentials demo.json
+//! cargo run --example server -- --demo-credentials demo.json
 //! ```
 //!
-//! This file is the process around the application (`app.rs`): the command
-//! line, logging, the server key, the store, the demo credentials file and
-//! the files' permissions; `serve.rs` holds the connections and the graceful
-//! shutdown. `tests/server_process.rs` includes this file by `#[path]`.
+//! The JSON routes are the library's (`conversion_gateway::axum::router`);
+//! the rest is what a host owns:
+//!
+//! | file | what |
+//! |---|---|
+//! | `main.rs` | the command line, logging, start and shutdown |
+//! | `store.rs` | `--store`: memory, SQLite or PostgreSQL |
+//! | `app.rs` | the whole app as one router, with the request log |
+//! | `dialog.rs` | the sign-in and consent pages and their forms |
+//! | `session.rs` | the session cookie, the login nonce, CSRF tokens |
+//! | `passwords.rs` | Argon2id, and the bound on concurrent checks |
+//! | `throttle.rs` | the throttle of failed sign-ins |
+//! | `pages.rs` | the HTML template, escaping and the page headers |
+//! | `key_file.rs` | the server key and the private files' permissions |
+//! | `demo.rs` | the demo app, account and API key, and their file |
+//! | `serve.rs` | the connections: header timeout, cap, shutdown deadline |
 
 mod app;
-pub mod serve;
+mod demo;
+mod dialog;
+#[cfg(test)]
+mod dialog_tests;
+mod key_file;
+mod pages;
+mod passwords;
+mod serve;
+mod session;
+mod store;
+mod throttle;
 
-use std::fmt;
 use std::future::Future;
-use std::io::{self, IsTerminal as _, Write as _};
+use std::io::{self, IsTerminal as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conversion_gateway::{Gateway, GatewayConfig, PurgeReport, RefreshPolicy, Stores, SystemClock};
+use conversion_gateway::{Gateway, GatewayConfig, PurgeReport, RefreshPolicy, SystemClock};
 use tokio::net::TcpListener;
 use tracing::Level;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use app::{AppState, LoginLimits, Passwords, ServerKey, router, seed_demo};
+use demo::seed_demo;
+use dialog::{DialogState, LoginLimits};
+use key_file::{ServerKey, sqlite_files, warn_if_exposed};
+use passwords::Passwords;
 use serve::{ConnectionLimits, Drained};
+use store::{OpenStore, StoreChoice};
 
 const USAGE: &str = "\
 Runs the conversion-gateway service on one address.
@@ -90,16 +114,16 @@ Environment:
 ";
 
 /// The parsed command line.
-pub struct Args {
+struct Args {
     listen: String,
     base_url: Option<String>,
     store: StoreChoice,
     key_file: Option<PathBuf>,
     demo_credentials: Option<PathBuf>,
     /// `--header-timeout`, `--max-connections` and `--shutdown-timeout`.
-    pub connections: ConnectionLimits,
+    connections: ConnectionLimits,
     /// `--refresh-policy`: the gateway's default refresh policy.
-    pub refresh_policy: RefreshPolicy,
+    refresh_policy: RefreshPolicy,
 }
 
 /// The refresh policy a `--refresh-policy` value names, with the default
@@ -116,51 +140,9 @@ fn refresh_policy(text: &str) -> Result<RefreshPolicy, String> {
     }
 }
 
-/// Where the data lives.
-enum StoreChoice {
-    Memory,
-    Sqlite(PathBuf),
-    // Read only when the `postgres` feature is on; parsed always, so that
-    // the error says which feature is missing.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    Postgres(String),
-}
-
-impl fmt::Display for StoreChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreChoice::Memory => f.write_str("memory"),
-            StoreChoice::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
-            // The address may hold a password: never printed.
-            StoreChoice::Postgres(_) => f.write_str("postgres"),
-        }
-    }
-}
-
-impl StoreChoice {
-    fn parse(text: &str) -> Result<Self, String> {
-        if text == "memory" {
-            Ok(StoreChoice::Memory)
-        } else if let Some(path) = text.strip_prefix("sqlite:") {
-            if path.is_empty() {
-                return Err(
-                    "--store sqlite: needs a file path, e.g. sqlite:conversion-gateway.db".into(),
-                );
-            }
-            Ok(StoreChoice::Sqlite(PathBuf::from(path)))
-        } else if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-            Ok(StoreChoice::Postgres(text.to_owned()))
-        } else {
-            Err(format!(
-                "--store must be memory, sqlite:PATH or postgres://..., not {text:?}"
-            ))
-        }
-    }
-}
-
 impl Args {
     /// The arguments, or `None` for `--help`.
-    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Self>, String> {
+    fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Self>, String> {
         let mut parsed = Args {
             listen: "127.0.0.1:8080".into(),
             base_url: None,
@@ -211,7 +193,7 @@ impl Args {
 
     /// Where the demo credentials go: `--demo-credentials`, else beside the
     /// SQLite database, else the working directory.
-    pub fn demo_credentials_path(&self) -> PathBuf {
+    fn demo_credentials_path(&self) -> PathBuf {
         if let Some(path) = &self.demo_credentials {
             return path.clone();
         }
@@ -312,17 +294,17 @@ async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), Strin
 
 /// A server ready to serve: its store open, its demo data seeded and its
 /// listener bound.
-pub struct Started {
+struct Started {
     store: OpenStore,
     listener: TcpListener,
-    state: AppState,
+    dialog: DialogState,
     gateway: Arc<Gateway>,
     connections: ConnectionLimits,
 }
 
 /// Opens the store, reads the key, binds the listener, seeds the demo data
 /// and writes its credentials file, and warns about exposed files.
-pub async fn start(args: &Args) -> Result<Started, String> {
+async fn start(args: &Args) -> Result<Started, String> {
     // The store first: a key file is only created for a store that opens.
     let store = OpenStore::open(&args.store).await?;
     let (key, key_path) = server_key(args)?;
@@ -356,7 +338,7 @@ pub async fn start(args: &Args) -> Result<Started, String> {
     // than a file only its owner can read. The listener is already bound, so
     // a client that waits for this file finds the port open.
     let demo_path = args.demo_credentials_path();
-    write_private(&demo_path, &demo.to_json()).map_err(|error| {
+    demo.write_private(&demo_path).map_err(|error| {
         format!(
             "cannot write the demo credentials to {} ({error}); pass --demo-credentials PATH to write them elsewhere",
             demo_path.display()
@@ -367,7 +349,7 @@ pub async fn start(args: &Args) -> Result<Started, String> {
         "demo credentials written (client id and secret, API key, e-mail and password)"
     );
 
-    let state = AppState::new(
+    let dialog = DialogState::new(
         gateway.clone(),
         &key,
         passwords,
@@ -378,7 +360,7 @@ pub async fn start(args: &Args) -> Result<Started, String> {
     Ok(Started {
         store,
         listener,
-        state,
+        dialog,
         gateway,
         connections: args.connections,
     })
@@ -387,11 +369,11 @@ pub async fn start(args: &Args) -> Result<Started, String> {
 impl Started {
     /// Serves until `shutdown` resolves, lets the requests in flight finish
     /// (up to `--shutdown-timeout`), then closes the store.
-    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+    async fn serve(self, shutdown: impl Future<Output = ()>) {
         let purge = tokio::spawn(purge_periodically(self.gateway.clone(), PURGE_EVERY));
         let drained = serve::serve(
             self.listener,
-            router(self.state),
+            app::router(self.gateway.clone(), self.dialog),
             self.connections,
             shutdown,
         )
@@ -411,20 +393,13 @@ impl Started {
     }
 }
 
-impl Started {
-    /// The gateway the server serves.
-    pub fn gateway(&self) -> &Arc<Gateway> {
-        &self.gateway
-    }
-}
-
 /// How often the server purges what expired beyond the retention.
 const PURGE_EVERY: Duration = Duration::from_secs(600);
 
 /// Deletes what expired beyond the gateway's retention now and then every
 /// `every`, until the task is aborted. A failure is logged and retried at
 /// the next tick: an outage only delays the purge.
-pub async fn purge_periodically(gateway: Arc<Gateway>, every: Duration) {
+async fn purge_periodically(gateway: Arc<Gateway>, every: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -515,81 +490,6 @@ fn key_file(path: &Path) -> Result<ServerKey, String> {
     Ok(key)
 }
 
-/// An opened store, kept to close it at shutdown.
-enum OpenStore {
-    Memory(Stores),
-    #[cfg(feature = "sqlite")]
-    Sqlite(Arc<conversion_gateway::SqliteStore>),
-    #[cfg(feature = "postgres")]
-    Postgres(Arc<conversion_gateway::PgStore>),
-}
-
-impl OpenStore {
-    async fn open(choice: &StoreChoice) -> Result<Self, String> {
-        match choice {
-            StoreChoice::Memory => Ok(OpenStore::Memory(Stores::in_memory())),
-            #[cfg(feature = "sqlite")]
-            StoreChoice::Sqlite(path) => conversion_gateway::SqliteStore::open(path)
-                .await
-                .map(|store| OpenStore::Sqlite(Arc::new(store)))
-                .map_err(|error| format!("cannot open the SQLite store {}: {}", path.display(), describe(&error))),
-            #[cfg(not(feature = "sqlite"))]
-            StoreChoice::Sqlite(_) => Err(
-                "this server was built without the `sqlite` feature: run it with `cargo run --example server --features sqlite`, or pass --store memory".into(),
-            ),
-            #[cfg(feature = "postgres")]
-            StoreChoice::Postgres(url) => conversion_gateway::PgStore::connect(url)
-                .await
-                .map(|store| OpenStore::Postgres(Arc::new(store)))
-                .map_err(|error| format!("cannot open the PostgreSQL store: {}", describe(&error))),
-            #[cfg(not(feature = "postgres"))]
-            StoreChoice::Postgres(_) => Err(
-                "this server was built without the `postgres` feature: run it with `cargo run --example server --features postgres`".into(),
-            ),
-        }
-    }
-
-    fn stores(&self) -> Stores {
-        match self {
-            OpenStore::Memory(stores) => stores.clone(),
-            #[cfg(feature = "sqlite")]
-            OpenStore::Sqlite(store) => every_store(store.clone()),
-            #[cfg(feature = "postgres")]
-            OpenStore::Postgres(store) => every_store(store.clone()),
-        }
-    }
-
-    async fn close(&self) {
-        match self {
-            OpenStore::Memory(_) => {}
-            #[cfg(feature = "sqlite")]
-            OpenStore::Sqlite(store) => store.close().await,
-            #[cfg(feature = "postgres")]
-            OpenStore::Postgres(store) => store.close().await,
-        }
-    }
-}
-
-/// One store that implements every storage trait, as [`Stores`].
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn every_store<S>(store: Arc<S>) -> Stores
-where
-    S: conversion_gateway::TokenStore
-        + conversion_gateway::ClientRegistry
-        + conversion_gateway::AccountStore
-        + conversion_gateway::ApiKeyStore
-        + conversion_gateway::EventSink
-        + 'static,
-{
-    Stores {
-        tokens: store.clone(),
-        clients: store.clone(),
-        accounts: store.clone(),
-        api_keys: store.clone(),
-        events: store,
-    }
-}
-
 /// An error and its causes, for a message that says what really failed.
 fn describe(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -600,72 +500,4 @@ fn describe(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The SQLite database and the files SQLite keeps beside it in WAL mode.
-pub fn sqlite_files(database: &Path) -> Vec<PathBuf> {
-    let mut files = vec![database.to_owned()];
-    for suffix in ["-wal", "-shm"] {
-        let mut path = database.as_os_str().to_owned();
-        path.push(suffix);
-        files.push(PathBuf::from(path));
-    }
-    files
-}
-
-/// The permission bits (`0o644`) of the file at `path` if its group or
-/// other users may do anything with it, `None` if not or if there is no
-/// such file (or on a system without Unix permissions).
-pub fn exposed_mode(path: &Path) -> Option<u32> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-        (mode & 0o077 != 0).then_some(mode)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        None
-    }
-}
-
-/// Warns, naming the file and its mode (never its contents), about each of
-/// `paths` that users other than its owner may read or write: the key file
-/// and the database hold what every token's hash depends on. Returns how
-/// many it warned about.
-pub fn warn_if_exposed(paths: &[PathBuf]) -> usize {
-    let mut warned = 0;
-    for path in paths {
-        if let Some(mode) = exposed_mode(path) {
-            tracing::warn!(
-                path = %path.display(),
-                mode = format_args!("{mode:o}"),
-                "users other than the owner may read or write this file: run chmod 600 on it"
-            );
-            warned += 1;
-        }
-    }
-    warned
-}
-
-/// Writes a file only its owner can read, replacing it atomically (a reader
-/// never sees half of it).
-fn write_private(path: &Path, contents: &str) -> io::Result<()> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    match std::fs::remove_file(&temporary) {
-        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
-        _ => {}
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&temporary)?;
-    file.write_all(contents.as_bytes())?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temporary, path)
 }

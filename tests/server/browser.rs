@@ -3,8 +3,9 @@
 //! answers the consent screen, and lands on the app's redirect URI.
 //!
 //! The server is the example binary (`examples/server`) started through its
-//! command line on a loopback port, with the memory store; the demo
-//! credentials come from the file `--demo-credentials` writes. The demo
+//! command line on a loopback port, with the memory store
+//! ([`crate::support::Launch`]); the demo credentials come from the file
+//! `--demo-credentials` writes. The demo
 //! app's redirect URI is `http://127.0.0.1:9/callback`, where nothing
 //! listens (and port 9 is one Chromium refuses to connect to): the browser
 //! shows an error page, whose address still is the callback URL, and that
@@ -17,19 +18,19 @@
 //! 127.0.0.1, Chromium runs with its background services off and resolves
 //! no host name.
 
-use std::io::{BufRead, BufReader, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use conversion_gateway_testkit::TempDir;
 use fantoccini::wd::TimeoutConfiguration;
 use fantoccini::{Client, ClientBuilder, Locator};
 // fantoccini turns on hyper-util's `client-legacy` feature, for its own use.
 use hyper_util::client::legacy::connect::HttpConnector;
-use serde::Deserialize;
+
+use crate::support::{Demo, Launch, Server};
 
 /// How long one scenario may take in the browser, once everything started.
 const SCENARIO_BUDGET: Duration = Duration::from_secs(60);
@@ -37,11 +38,6 @@ const SCENARIO_BUDGET: Duration = Duration::from_secs(60);
 const STEP: Duration = Duration::from_secs(15);
 /// How long ChromeDriver and the server may take to come up.
 const START: Duration = Duration::from_secs(30);
-/// How long building the example server may take (a no-op when it is
-/// fresh, as it is after `cargo test` built every target).
-const BUILD: Duration = Duration::from_secs(300);
-/// How long that build may wait for another cargo's lock on `target/`.
-const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 const WRONG_PASSWORD_ALERT: &str = "The e-mail or the password is wrong. Please try again.";
 
@@ -54,7 +50,7 @@ async fn allowing_access_lands_on_the_callback_with_a_code_and_the_state() {
         .run(|client, demo| async move {
             let state = "allow state/1";
             client
-                .goto(&demo.dialog_url(state))
+                .goto(&dialog_url(&demo, state))
                 .await
                 .expect("open the dialog");
             sign_in(&client, &demo.email, &demo.password).await;
@@ -85,7 +81,7 @@ async fn denying_access_lands_on_the_callback_with_access_denied_and_the_state()
         .run(|client, demo| async move {
             let state = "deny-42";
             client
-                .goto(&demo.dialog_url(state))
+                .goto(&dialog_url(&demo, state))
                 .await
                 .expect("open the dialog");
             sign_in(&client, &demo.email, &demo.password).await;
@@ -110,7 +106,7 @@ async fn a_wrong_password_shows_the_error_and_stays_on_the_dialog() {
         .await
         .run(|client, demo| async move {
             client
-                .goto(&demo.dialog_url("wrong"))
+                .goto(&dialog_url(&demo, "wrong"))
                 .await
                 .expect("open the dialog");
             sign_in(&client, &demo.email, "not-the-password").await;
@@ -211,7 +207,7 @@ fn query_value(url: &str, name: &str) -> Option<String> {
 struct Harness {
     client: Client,
     _driver: ChromeDriver,
-    server: Process,
+    server: Server,
     demo: Demo,
     _dir: TempDir,
 }
@@ -219,9 +215,11 @@ struct Harness {
 impl Harness {
     async fn start(name: &str) -> Self {
         let (chromium, chromedriver) = browser_binaries();
-        let server_binary = example_server().unwrap_or_else(|message| panic!("{message}"));
-        let dir = TempDir::new(name);
-        let (server, demo) = start_server(server_binary, &dir);
+        let dir = TempDir::new(&format!("browser-{name}"));
+        let server = Launch::with_args(&["--store", "memory"]).start();
+        let mut demo = server.demo.clone();
+        // Where the browser reaches the server, whatever the demo file says.
+        demo.base_url.clone_from(&server.url);
         let driver = ChromeDriver::start(&chromedriver, &dir);
         let client = open_session(&chromium, &driver, &dir).await;
         Harness {
@@ -250,13 +248,13 @@ impl Harness {
         match outcome {
             Ok(Ok(())) => {}
             Ok(Err(error)) if error.is_panic() => {
-                eprintln!("server log:\n{}", self.server.log());
+                eprintln!("server log:\n{}", self.server.logs());
                 std::panic::resume_unwind(error.into_panic());
             }
             Ok(Err(error)) => panic!("the scenario did not finish: {error}"),
             Err(_) => panic!(
                 "the scenario took over {SCENARIO_BUDGET:?}; server log:\n{}",
-                self.server.log()
+                self.server.logs()
             ),
         }
         match closed {
@@ -267,26 +265,14 @@ impl Harness {
     }
 }
 
-/// The demo data the server wrote to `--demo-credentials`.
-#[derive(Clone, Deserialize)]
-struct Demo {
-    base_url: String,
-    client_id: String,
-    redirect_uri: String,
-    email: String,
-    password: String,
-}
-
-impl Demo {
-    /// The address an app sends the browser to, asking for the demo account.
-    fn dialog_url(&self, state: &str) -> String {
-        let query = form_urlencoded::Serializer::new(String::new())
-            .append_pair("client_id", &self.client_id)
-            .append_pair("redirect_uri", &self.redirect_uri)
-            .append_pair("state", state)
-            .finish();
-        format!("{}/auth/dialog?{query}", self.base_url)
-    }
+/// The address an app sends the browser to, asking for the demo account.
+fn dialog_url(demo: &Demo, state: &str) -> String {
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("client_id", &demo.client_id)
+        .append_pair("redirect_uri", &demo.redirect_uri)
+        .append_pair("state", state)
+        .finish();
+    format!("{}/auth/dialog?{query}", demo.base_url)
 }
 
 /// Chromium's and ChromeDriver's paths: `CHROMIUM` and `CHROMEDRIVER`, else
@@ -313,31 +299,6 @@ fn browser_binaries() -> (PathBuf, PathBuf) {
     (chromium, chromedriver)
 }
 
-/// Starts the example server on a loopback port with the memory store, and
-/// waits for the demo credentials it writes once it listens.
-fn start_server(binary: &Path, dir: &TempDir) -> (Process, Demo) {
-    let credentials = dir.path("demo.json");
-    let mut command = Command::new(binary);
-    command
-        .args(["--listen", "127.0.0.1:0", "--store", "memory"])
-        .arg("--demo-credentials")
-        .arg(&credentials)
-        // A fresh key, whatever the developer's shell holds.
-        .env_remove("CONVERSION_GATEWAY_KEY")
-        .current_dir(&dir.0);
-    let mut server = Process::spawn("the example server", command, dir.path("server.log"));
-    // The server writes the file (atomically) after binding its port.
-    server.wait_until(START, || credentials.is_file());
-    let text = std::fs::read_to_string(&credentials).expect("read the demo credentials");
-    let demo: Demo = serde_json::from_str(&text).expect("the demo credentials' JSON");
-    assert!(
-        demo.base_url.starts_with("http://127.0.0.1:"),
-        "the server is not on loopback: {}",
-        demo.base_url
-    );
-    (server, demo)
-}
-
 /// ChromeDriver on a loopback port; when dropped, it quits the browsers it
 /// started, then exits (or is killed).
 struct ChromeDriver {
@@ -362,10 +323,10 @@ impl ChromeDriver {
             .arg("--allowed-ips=127.0.0.1")
             // Chromium inherits these: its crash reports, caches and
             // temporary files stay in the directory.
-            .env("XDG_CONFIG_HOME", &dir.0)
-            .env("XDG_CACHE_HOME", &dir.0)
-            .env("TMPDIR", &dir.0)
-            .current_dir(&dir.0);
+            .env("XDG_CONFIG_HOME", dir.root())
+            .env("XDG_CACHE_HOME", dir.root())
+            .env("TMPDIR", dir.root())
+            .current_dir(dir.root());
         let mut process = Process::spawn("ChromeDriver", command, dir.path("chromedriver.log"));
         process.wait_until(START, || {
             TcpStream::connect_timeout(&(Ipv4Addr::LOCALHOST, port).into(), STEP).is_ok()
@@ -507,176 +468,4 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A directory of its own for one scenario, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let unique = format!(
-            "conversion-gateway-browser-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let path = std::env::temp_dir().join(unique);
-        std::fs::create_dir(&path).expect("create a temporary directory");
-        TempDir(path)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-// --- the example server's binary -------------------------------------------------
-
-/// The example server's binary, built (once per test run) by the cargo
-/// that runs this test, with this test's profile and features.
-///
-/// `cargo test` builds the examples too, but `cargo test --test browser`
-/// does not, and after an edit to `examples/server/` the binary on disk
-/// would be stale: so the build always runs, and is a no-op when the
-/// binary is fresh. Cargo releases its build lock before it runs tests; if
-/// another cargo holds it, the build waits up to [`LOCK_WAIT`] for it,
-/// then fails and says why.
-fn example_server() -> Result<&'static Path, String> {
-    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BINARY
-        .get_or_init(build_example_server)
-        .as_deref()
-        .map_err(Clone::clone)
-}
-
-fn build_example_server() -> Result<PathBuf, String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let mut command = Command::new(cargo);
-    command
-        .args([
-            "build",
-            "--example",
-            "server",
-            "--message-format=json-render-diagnostics",
-        ])
-        .arg("--manifest-path")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .args(["--profile", &test_profile()?])
-        .args(["--no-default-features", "--features", &test_features()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .map_err(|error| format!("cannot run {command:?}: {error}"))?;
-
-    // Both pipes are drained while the build runs, or it could block on one.
-    let stdout = child.stdout.take().expect("piped");
-    let binary = std::thread::spawn(move || example_executable(BufReader::new(stdout)));
-    let stderr = child.stderr.take().expect("piped");
-    let diagnostics = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let diagnostics = diagnostics.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut text = diagnostics.lock().unwrap();
-                text.push_str(&line);
-                text.push('\n');
-            }
-        })
-    };
-    let started = Instant::now();
-    // When cargo first said it waits for the lock, and what it had said by then.
-    let mut blocked: Option<(Instant, usize)> = None;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|error| error.to_string())? {
-            break status;
-        }
-        let text = diagnostics.lock().unwrap().clone();
-        if blocked.is_none() && text.contains("waiting for file lock") {
-            blocked = Some((Instant::now(), text.len()));
-        }
-        let still_blocked =
-            blocked.is_some_and(|(since, said)| since.elapsed() > LOCK_WAIT && text.len() == said);
-        if still_blocked || started.elapsed() > BUILD {
-            let _ = child.kill();
-            let _ = child.wait();
-            let why = if still_blocked {
-                format!(
-                    "waited over {LOCK_WAIT:?} for another cargo's lock on the build \
-                     directory: build the example first (`cargo build --example server`), \
-                     then run the test"
-                )
-            } else {
-                format!("did not finish within {BUILD:?}")
-            };
-            return Err(format!("{command:?} {why}\n{text}"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = reader.join();
-    let binary = binary.join().expect("the reader thread");
-    let text = diagnostics.lock().unwrap().clone();
-    match binary {
-        Some(binary) if status.success() => Ok(binary),
-        _ => Err(format!(
-            "{command:?} failed ({status}) to build the example server:\n{text}"
-        )),
-    }
-}
-
-/// The executable of the `server` example, from cargo's JSON messages.
-fn example_executable(messages: impl BufRead) -> Option<PathBuf> {
-    let mut executable = None;
-    for line in messages.lines().map_while(Result::ok) {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        let target = &message["target"];
-        let is_example = target["kind"]
-            .as_array()
-            .is_some_and(|kinds| kinds.iter().any(|kind| kind == "example"));
-        if message["reason"] == "compiler-artifact" && is_example && target["name"] == "server" {
-            executable = message["executable"].as_str().map(PathBuf::from);
-        }
-    }
-    executable
-}
-
-/// The cargo profile this test was built with, from the directory it runs
-/// from (`target/debug/deps/browser-*` for `dev`).
-fn test_profile() -> Result<String, String> {
-    let exe = std::env::current_exe().map_err(|error| error.to_string())?;
-    let directory = exe
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::file_name)
-        .and_then(|name| name.to_str())
-        .ok_or_else(|| format!("cannot tell the profile from {}", exe.display()))?;
-    Ok(match directory {
-        "debug" => "dev".to_owned(),
-        other => other.to_owned(),
-    })
-}
-
-/// The crate features this test was built with, so that the example is
-/// built with the same ones (and is the one `cargo test` already built).
-fn test_features() -> String {
-    let features = [
-        ("sqlite", cfg!(feature = "sqlite")),
-        ("postgres", cfg!(feature = "postgres")),
-        ("test-util", cfg!(feature = "test-util")),
-    ];
-    let on: Vec<&str> = features
-        .iter()
-        .filter(|(_, on)| *on)
-        .map(|(name, _)| *name)
-        .collect();
-    on.join(",")
 }

@@ -1,67 +1,25 @@
 //! A standard OAuth 2.0 client (the `oauth2` crate: form bodies, HTTP Basic)
-//! against the example server on a real loopback port: the token endpoint
-//! serves standard clients as well as the spec's JSON.
+//! against the example server's binary on a loopback port: the token
+//! endpoint serves standard clients as well as the spec's JSON.
 
-// main.rs uses parts of the app that this test does not.
-#[allow(dead_code)]
-#[path = "../examples/server/app.rs"]
-mod app;
-
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use app::{AppState, DEMO_REDIRECT_URI, LoginLimits, Passwords, ServerKey};
-use conversion_gateway::{Gateway, GatewayConfig, Stores, SystemClock};
 use oauth2::basic::{BasicClient, BasicErrorResponseType, BasicTokenType};
 use oauth2::url::Url;
 use oauth2::{
     AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, RedirectUrl, RequestTokenError,
     TokenResponse as _, TokenUrl,
 };
-use tokio::net::TcpListener;
 
-/// The value of hidden input `name` in a page.
-fn hidden(html: &str, name: &str) -> String {
-    let marker = format!(r#"name="{name}" value=""#);
-    let start = html
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no field {name} in {html}"))
-        + marker.len();
-    html[start..]
-        .split('"')
-        .next()
-        .unwrap_or_default()
-        .to_owned()
-}
+use crate::support::{DEMO_REDIRECT_URI, Launch, hidden};
 
 #[tokio::test]
 async fn the_oauth2_crate_exchanges_a_code_and_refreshes_over_loopback() {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
-    let base_url = format!("http://{}", listener.local_addr().unwrap());
-    let key = ServerKey::generate();
-    let stores = Stores::in_memory();
-    let gateway = Arc::new(Gateway::new(
-        GatewayConfig::new(base_url.as_str()),
-        stores.clone(),
-        key.hasher(),
-    ));
-    let passwords = Passwords::new(8, 1);
-    let demo = app::seed_demo(&gateway, &stores, &key, &passwords)
-        .await
-        .expect("seed the demo data");
-    let state = AppState::new(
-        gateway,
-        &key,
-        passwords,
-        LoginLimits::recommended(),
-        Arc::new(SystemClock),
-    );
-    // With the client's address, which the sign-in throttle reads.
-    let service = app::router(state).into_make_service_with_connect_info::<SocketAddr>();
-    let server = tokio::spawn(async move { axum::serve(listener, service).await });
+    // The base URL is the address the server listens on (its default).
+    let server = Launch::with_args(&["--store", "memory"]).start();
+    let base_url = server.url.clone();
+    let demo = server.demo.clone();
+    assert_eq!(demo.base_url, base_url);
 
     // The browser: keeps cookies, and does not follow the redirect to the
     // app (nothing listens on 127.0.0.1:9); the code is read from Location.
@@ -182,5 +140,6 @@ async fn the_oauth2_crate_exchanges_a_code_and_refreshes_over_loopback() {
         }
         other => panic!("a revoked refresh token must be refused: {other:?}"),
     }
-    server.abort();
+    let (status, logs) = server.stop();
+    assert!(status.success(), "{status}: {logs}");
 }

@@ -1,0 +1,129 @@
+//! Where the data lives: the `--store` choice, and the store it opens,
+//! kept to close it (and checkpoint SQLite) at shutdown.
+
+use std::fmt;
+use std::path::PathBuf;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use std::sync::Arc;
+
+use conversion_gateway::Stores;
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::describe;
+
+/// Where the data lives.
+pub enum StoreChoice {
+    Memory,
+    Sqlite(PathBuf),
+    // Read only when the `postgres` feature is on; parsed always, so that
+    // the error says which feature is missing.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Postgres(String),
+}
+
+impl fmt::Display for StoreChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreChoice::Memory => f.write_str("memory"),
+            StoreChoice::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            // The address may hold a password: never printed.
+            StoreChoice::Postgres(_) => f.write_str("postgres"),
+        }
+    }
+}
+
+impl StoreChoice {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "memory" {
+            Ok(StoreChoice::Memory)
+        } else if let Some(path) = text.strip_prefix("sqlite:") {
+            if path.is_empty() {
+                return Err(
+                    "--store sqlite: needs a file path, e.g. sqlite:conversion-gateway.db".into(),
+                );
+            }
+            Ok(StoreChoice::Sqlite(PathBuf::from(path)))
+        } else if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            Ok(StoreChoice::Postgres(text.to_owned()))
+        } else {
+            Err(format!(
+                "--store must be memory, sqlite:PATH or postgres://..., not {text:?}"
+            ))
+        }
+    }
+}
+
+/// An opened store, kept to close it at shutdown.
+pub enum OpenStore {
+    Memory(Stores),
+    #[cfg(feature = "sqlite")]
+    Sqlite(Arc<conversion_gateway::SqliteStore>),
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<conversion_gateway::PgStore>),
+}
+
+impl OpenStore {
+    pub async fn open(choice: &StoreChoice) -> Result<Self, String> {
+        match choice {
+            StoreChoice::Memory => Ok(OpenStore::Memory(Stores::in_memory())),
+            #[cfg(feature = "sqlite")]
+            StoreChoice::Sqlite(path) => conversion_gateway::SqliteStore::open(path)
+                .await
+                .map(|store| OpenStore::Sqlite(Arc::new(store)))
+                .map_err(|error| format!("cannot open the SQLite store {}: {}", path.display(), describe(&error))),
+            #[cfg(not(feature = "sqlite"))]
+            StoreChoice::Sqlite(_) => Err(
+                "this server was built without the `sqlite` feature: run it with `cargo run --example server --features sqlite`, or pass --store memory".into(),
+            ),
+            #[cfg(feature = "postgres")]
+            StoreChoice::Postgres(url) => conversion_gateway::PgStore::connect(url)
+                .await
+                .map(|store| OpenStore::Postgres(Arc::new(store)))
+                .map_err(|error| format!("cannot open the PostgreSQL store: {}", describe(&error))),
+            #[cfg(not(feature = "postgres"))]
+            StoreChoice::Postgres(_) => Err(
+                "this server was built without the `postgres` feature: run it with `cargo run --example server --features postgres`".into(),
+            ),
+        }
+    }
+
+    pub fn stores(&self) -> Stores {
+        match self {
+            OpenStore::Memory(stores) => stores.clone(),
+            #[cfg(feature = "sqlite")]
+            OpenStore::Sqlite(store) => every_store(store.clone()),
+            #[cfg(feature = "postgres")]
+            OpenStore::Postgres(store) => every_store(store.clone()),
+        }
+    }
+
+    pub async fn close(&self) {
+        match self {
+            OpenStore::Memory(_) => {}
+            #[cfg(feature = "sqlite")]
+            OpenStore::Sqlite(store) => store.close().await,
+            #[cfg(feature = "postgres")]
+            OpenStore::Postgres(store) => store.close().await,
+        }
+    }
+}
+
+/// One store that implements every storage trait, as [`Stores`].
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn every_store<S>(store: Arc<S>) -> Stores
+where
+    S: conversion_gateway::TokenStore
+        + conversion_gateway::ClientRegistry
+        + conversion_gateway::AccountStore
+        + conversion_gateway::ApiKeyStore
+        + conversion_gateway::EventSink
+        + 'static,
+{
+    Stores {
+        tokens: store.clone(),
+        clients: store.clone(),
+        accounts: store.clone(),
+        api_keys: store.clone(),
+        events: store,
+    }
+}

@@ -1,0 +1,718 @@
+//! The example server as a process (its binary, started with its command
+//! line on a loopback port, killed on drop), an HTTP client for it, and the
+//! answers both harnesses read.
+
+use std::io::Read as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use conversion_gateway_testkit::TempDir;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The base URL the dialog tests give the server: the realm of its
+/// challenges, and plain http, so cookies are not `Secure`.
+pub const BASE_URL: &str = "http://gateway.test";
+
+/// The demo app's redirect URI, as the server registers it.
+pub const DEMO_REDIRECT_URI: &str = "http://127.0.0.1:9/callback";
+
+/// The longest a test waits for the server to start or stop.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The example server's binary, which `cargo test` builds beside the test
+/// binaries: `target/<profile>/deps/server-…` runs this test, the example
+/// is `target/<profile>/examples/server`.
+pub fn server_binary() -> PathBuf {
+    let test = std::env::current_exe().expect("the test binary's path");
+    let profile = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test binary>");
+    let binary = profile
+        .join("examples")
+        .join(format!("server{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "the example server's binary is missing at {}: a plain `cargo test` \
+         builds it; with `cargo test --test server`, run \
+         `cargo build --example server` first",
+        binary.display()
+    );
+    // `cargo test --test server` does not rebuild examples: refuse to test
+    // an old binary against newer sources (those cargo's dep-info lists).
+    let built = modified(&binary);
+    let sources = std::fs::read_to_string(binary.with_extension("d")).unwrap_or_default();
+    let newer = sources
+        .lines()
+        .next()
+        .and_then(|line| line.split_once(": "))
+        .into_iter()
+        .flat_map(|(_, sources)| sources.split_whitespace())
+        .map(Path::new)
+        .find(|source| source.is_file() && modified(source) > built);
+    if let Some(newer) = newer {
+        panic!(
+            "the example server's binary is older than {}: run \
+             `cargo build --example server` (a plain `cargo test` does)",
+            newer.display()
+        );
+    }
+    binary
+}
+
+fn modified(path: &Path) -> std::time::SystemTime {
+    std::fs::metadata(path)
+        .and_then(|metadata| metadata.modified())
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// The demo credentials file the server writes.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Demo {
+    pub base_url: String,
+    pub client_id: String,
+    pub client_secret: String,
+    pub redirect_uri: String,
+    pub api_key: String,
+    pub email: String,
+    pub password: String,
+}
+
+/// A running example server, killed when dropped.
+pub struct Server {
+    child: Option<Child>,
+    /// The address it listens on (from its "listening" log line).
+    pub address: SocketAddr,
+    /// `http://` and the address.
+    pub url: String,
+    /// What its demo credentials file says.
+    pub demo: Demo,
+    /// Where its stderr goes.
+    log: PathBuf,
+    /// Holds the log and the demo credentials file, unless the test gave
+    /// paths of its own.
+    _dir: TempDir,
+}
+
+/// A command line for the server, run in a fresh temporary directory.
+pub struct Launch {
+    args: Vec<String>,
+    dir: TempDir,
+    cwd: Option<PathBuf>,
+}
+
+impl Launch {
+    /// `--listen 127.0.0.1:0 --store memory --base-url http://gateway.test`
+    /// and a demo credentials file in a temporary directory, then `extra`.
+    pub fn memory(extra: &[&str]) -> Self {
+        Self::with_args(&["--store", "memory", "--base-url", BASE_URL]).args(extra)
+    }
+
+    /// `--listen 127.0.0.1:0` and a demo credentials file in a temporary
+    /// directory (unless `args` name one), then `args`.
+    pub fn with_args(args: &[&str]) -> Self {
+        let dir = TempDir::new("server");
+        let mut all = vec!["--listen".to_owned(), "127.0.0.1:0".to_owned()];
+        if !args.iter().any(|arg| arg.starts_with("--demo-credentials")) {
+            all.push("--demo-credentials".to_owned());
+            all.push(dir.path("demo.json").display().to_string());
+        }
+        let launch = Self {
+            args: all,
+            dir,
+            cwd: None,
+        };
+        launch.args(args)
+    }
+
+    /// No arguments at all but `--listen`, run in `cwd`.
+    pub fn bare(cwd: &Path, args: &[&str]) -> Self {
+        let mut all = vec!["--listen".to_owned(), "127.0.0.1:0".to_owned()];
+        all.extend(args.iter().map(|arg| (*arg).to_owned()));
+        Self {
+            args: all,
+            dir: TempDir::new("server"),
+            cwd: Some(cwd.to_owned()),
+        }
+    }
+
+    pub fn args(mut self, extra: &[&str]) -> Self {
+        self.args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        self
+    }
+
+    /// Starts the server and waits (bounded) until it listens and its demo
+    /// credentials file is written.
+    pub fn start(self) -> Server {
+        let log = self.dir.path("server.log");
+        let mut command = Command::new(server_binary());
+        command
+            .args(&self.args)
+            .env_remove("CONVERSION_GATEWAY_KEY")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("a log file"));
+        if let Some(cwd) = &self.cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command.spawn().expect("start the example server");
+        let started = Instant::now();
+        let address = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(address) = listening_address(&text) {
+                break address;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the server exited with {status} before listening:\n{text}");
+            }
+            if started.elapsed() > PATIENCE {
+                let _ = child.kill();
+                panic!("the server did not listen within {PATIENCE:?}:\n{text}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let demo_path = demo_path(&text).expect("the log names the demo credentials file");
+        let demo_path = match &self.cwd {
+            Some(cwd) => cwd.join(demo_path),
+            None => PathBuf::from(demo_path),
+        };
+        let demo = std::fs::read_to_string(&demo_path)
+            .unwrap_or_else(|error| panic!("read {}: {error}", demo_path.display()));
+        let demo: Demo = serde_json::from_str(&demo).expect("the demo credentials are JSON");
+        Server {
+            child: Some(child),
+            address,
+            url: format!("http://{address}"),
+            demo,
+            log,
+            _dir: self.dir,
+        }
+    }
+
+    /// Runs the server expecting it to fail: its exit status and stderr.
+    pub fn fail(self) -> (ExitStatus, String) {
+        let mut command = Command::new(server_binary());
+        command
+            .args(&self.args)
+            .env_remove("CONVERSION_GATEWAY_KEY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(cwd) = &self.cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command.spawn().expect("start the example server");
+        let status = wait_bounded(&mut child).expect("the server exits on its own");
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        (status, stderr)
+    }
+}
+
+/// The address of the "listening" log line.
+fn listening_address(log: &str) -> Option<SocketAddr> {
+    let line = log.lines().find(|line| line.contains(" listening "))?;
+    let address = line.split("address=").nth(1)?.split(' ').next()?;
+    address.parse().ok()
+}
+
+/// The path of the "demo credentials written" log line.
+fn demo_path(log: &str) -> Option<String> {
+    let line = log
+        .lines()
+        .find(|line| line.contains("demo credentials written"))?;
+    Some(line.split("path=").nth(1)?.trim().to_owned())
+}
+
+/// Waits for `child` to exit, at most [`PATIENCE`].
+fn wait_bounded(child: &mut Child) -> Option<ExitStatus> {
+    let started = Instant::now();
+    while started.elapsed() < PATIENCE {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    None
+}
+
+impl Server {
+    /// Everything the server logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the log holds `text`.
+    pub fn wait_for_log(&self, text: &str) -> String {
+        let started = Instant::now();
+        loop {
+            let logs = self.logs();
+            if logs.contains(text) {
+                return logs;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "{text:?} never logged:\n{logs}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM (the graceful stop), without waiting.
+    pub fn terminate(&self) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid}: {status}");
+    }
+
+    /// Stops the server gracefully and waits (bounded) for it to exit: its
+    /// exit status and its whole log.
+    pub fn stop(mut self) -> (ExitStatus, String) {
+        self.terminate();
+        let mut child = self.child.take().expect("running");
+        let status = wait_bounded(&mut child).expect("the server stops after SIGTERM");
+        (status, self.logs())
+    }
+
+    /// Waits (bounded) for an exit already under way.
+    pub fn wait_exit(mut self) -> (ExitStatus, String) {
+        let mut child = self.child.take().expect("running");
+        let status = wait_bounded(&mut child).expect("the server exits");
+        (status, self.logs())
+    }
+
+    /// An HTTP client of this server, from `127.0.0.1`.
+    pub fn client(&self) -> Client {
+        self.client_from("127.0.0.1".parse().unwrap())
+    }
+
+    /// An HTTP client of this server whose connections come from `local`
+    /// (any address of 127.0.0.0/8 on Linux).
+    pub fn client_from(&self, local: IpAddr) -> Client {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .local_address(local)
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("an HTTP client");
+        Client {
+            http,
+            url: self.url.clone(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// An HTTP client of one server; paths are relative to its URL.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Client {
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
+        let response = request.send().await.expect("the server answers");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.bytes().await.expect("a readable body");
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.url))
+    }
+
+    pub async fn get(&self, path: &str, cookies: &str) -> Reply {
+        let mut request = self.request(reqwest::Method::GET, path);
+        if !cookies.is_empty() {
+            request = request.header("cookie", cookies);
+        }
+        self.send(request).await
+    }
+
+    pub async fn post(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<reqwest::Body>,
+    ) -> Reply {
+        let mut request = self.request(reqwest::Method::POST, path);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.send(request.body(body)).await
+    }
+
+    pub async fn post_form(&self, path: &str, cookies: &str, fields: &[(&str, &str)]) -> Reply {
+        let mut headers = vec![("content-type", "application/x-www-form-urlencoded")];
+        if !cookies.is_empty() {
+            headers.push(("cookie", cookies));
+        }
+        self.post(path, &headers, form(fields)).await
+    }
+
+    pub async fn post_json(&self, path: &str, authorization: Option<&str>, body: &Value) -> Reply {
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(authorization) = authorization {
+            headers.push(("authorization", authorization));
+        }
+        self.post(path, &headers, body.to_string()).await
+    }
+}
+
+/// A response, read whole.
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// The body as text, for assertion messages.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The JSON body; fails unless the answer says it is JSON.
+    #[track_caller]
+    pub fn json(&self) -> Value {
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json"),
+            "status {}: {}",
+            self.status,
+            self.text()
+        );
+        serde_json::from_slice(&self.body).expect("a JSON body")
+    }
+
+    /// The HTML body; fails unless the answer says it is HTML.
+    #[track_caller]
+    pub fn html(&self) -> &str {
+        assert_eq!(
+            self.header("content-type"),
+            Some("text/html; charset=utf-8"),
+            "status {}: {}",
+            self.status,
+            self.text()
+        );
+        std::str::from_utf8(&self.body).expect("UTF-8")
+    }
+
+    /// The value a `Set-Cookie` header gives cookie `name`.
+    pub fn cookie(&self, name: &str) -> Option<String> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .filter_map(|value| value.split(';').next()?.split_once('='))
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.to_owned())
+    }
+
+    /// The value of the page's hidden input `name`.
+    #[track_caller]
+    pub fn hidden(&self, name: &str) -> String {
+        hidden(self.html(), name)
+    }
+
+    #[track_caller]
+    pub fn location(&self) -> &str {
+        self.header("location")
+            .unwrap_or_else(|| panic!("no Location in {:?}", self.headers))
+    }
+
+    /// Asserts a JSON error answer with this status and `error_type`.
+    #[track_caller]
+    pub fn assert_error(&self, status: u16, error_type: &str) {
+        assert_eq!(self.status.as_u16(), status, "{}", self.text());
+        let body = self.json();
+        assert_eq!(body["error_type"], error_type, "{body}");
+        assert!(body["error_message"].is_string(), "{body}");
+    }
+
+    /// Asserts a validation answer, `{"errors": [...]}`, whose one error has
+    /// this type, and returns that error.
+    #[track_caller]
+    pub fn assert_validation_error(&self, status: u16, error_type: &str) -> Value {
+        assert_eq!(self.status.as_u16(), status, "{}", self.text());
+        let body = self.json();
+        let errors = body["errors"].as_array().expect("an errors array");
+        assert_eq!(errors.len(), 1, "{body}");
+        assert_eq!(errors[0]["error_type"], error_type, "{body}");
+        assert!(errors[0]["error_message"].is_string(), "{body}");
+        errors[0].clone()
+    }
+}
+
+/// The value of hidden input `name` in a page.
+#[track_caller]
+pub fn hidden(html: &str, name: &str) -> String {
+    let marker = format!(r#"name="{name}" value=""#);
+    let start = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no field {name} in {html}"))
+        + marker.len();
+    html[start..]
+        .split('"')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+pub fn encode(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+pub fn form(fields: &[(&str, &str)]) -> String {
+    let mut serializer = form_urlencoded::Serializer::new(String::new());
+    serializer.extend_pairs(fields);
+    serializer.finish()
+}
+
+/// The query parameter `name` of a URL.
+pub fn param(url: &str, name: &str) -> Option<String> {
+    let query = url.split_once('?')?.1;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
+}
+
+/// A conversion event the demo account accepts.
+pub fn conversion_body(email: &str) -> Value {
+    serde_json::json!({
+        "event_type": "CONVERSION",
+        "event_family": "CDP",
+        "payload": { "conversion_identifier": "newsletter", "email": email, "cf_plan": "pro" },
+    })
+}
+
+/// What a browser and an app do with the server: open the dialog, sign
+/// in, decide, exchange the code.
+impl Server {
+    pub fn dialog_query(&self, extra: &str) -> String {
+        format!(
+            "client_id={}&redirect_uri={}{extra}",
+            self.demo.client_id,
+            encode(DEMO_REDIRECT_URI)
+        )
+    }
+
+    /// Opens the sign-in page and signs in as the demo account: the session
+    /// cookie, as a `Cookie` header value.
+    pub async fn sign_in(&self, query: &str) -> String {
+        let client = self.client();
+        let page = client.get(&format!("/auth/dialog?{query}"), "").await;
+        assert_eq!(page.status, 200, "{}", page.text());
+        let nonce = page.cookie("cg_login").expect("a login nonce cookie");
+        let reply = client
+            .post_form(
+                "/auth/dialog",
+                &format!("cg_login={nonce}"),
+                &[
+                    ("action", "login"),
+                    ("query", query),
+                    ("csrf", &page.hidden("csrf")),
+                    ("email", &self.demo.email),
+                    ("password", &self.demo.password),
+                ],
+            )
+            .await;
+        assert_eq!(reply.status, 303, "{}", reply.text());
+        assert_eq!(reply.location(), format!("/auth/dialog?{query}"));
+        format!(
+            "cg_session={}",
+            reply.cookie("cg_session").expect("a session cookie")
+        )
+    }
+
+    /// Opens the sign-in page and posts `email` and `password` from
+    /// `address`: the answer to the login form.
+    pub async fn try_sign_in(&self, address: IpAddr, email: &str, password: &str) -> Reply {
+        let client = self.client_from(address);
+        let query = self.dialog_query("");
+        let page = client.get(&format!("/auth/dialog?{query}"), "").await;
+        let nonce = page.cookie("cg_login").expect("a login nonce cookie");
+        let fields = [
+            ("action", "login"),
+            ("query", query.as_str()),
+            ("csrf", &page.hidden("csrf")),
+            ("email", email),
+            ("password", password),
+        ];
+        client
+            .post_form("/auth/dialog", &format!("cg_login={nonce}"), &fields)
+            .await
+    }
+
+    /// Signs in, answers the consent screen, and returns the answer.
+    pub async fn decide(&self, query: &str, decision: &str) -> Reply {
+        let session = self.sign_in(query).await;
+        let client = self.client();
+        let consent = client.get(&format!("/auth/dialog?{query}"), &session).await;
+        assert!(
+            consent.html().contains("Allow access?"),
+            "{}",
+            consent.text()
+        );
+        let fields = [
+            ("action", "consent"),
+            ("query", query),
+            ("csrf", &consent.hidden("csrf")),
+            ("decision", decision),
+        ];
+        client.post_form("/auth/dialog", &session, &fields).await
+    }
+
+    /// A fresh code for the demo app.
+    pub async fn code(&self) -> String {
+        let reply = self.decide(&self.dialog_query(""), "allow").await;
+        assert_eq!(reply.status, 302, "{}", reply.text());
+        param(reply.location(), "code").expect("a code")
+    }
+
+    /// A fresh code exchanged with JSON: (access token, refresh token).
+    pub async fn tokens(&self) -> (String, String) {
+        let code = self.code().await;
+        let body = serde_json::json!({
+            "client_id": self.demo.client_id, "client_secret": self.demo.client_secret, "code": code,
+        });
+        let reply = self.client().post_json("/auth/token", None, &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let tokens = reply.json();
+        (
+            tokens["access_token"].as_str().unwrap().to_owned(),
+            tokens["refresh_token"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    pub async fn refresh(&self, refresh_token: &str) -> Reply {
+        let body = serde_json::json!({
+            "client_id": self.demo.client_id, "client_secret": self.demo.client_secret, "refresh_token": refresh_token,
+        });
+        self.client().post_json("/auth/token", None, &body).await
+    }
+
+    pub async fn convert(&self, api_key: &str, body: &Value) -> Reply {
+        self.client()
+            .post_json(
+                &format!("/platform/conversions?api_key={api_key}"),
+                None,
+                body,
+            )
+            .await
+    }
+}
+
+/// Requests from `127.0.0.1`.
+impl Server {
+    pub async fn get(&self, path: &str, cookies: &str) -> Reply {
+        self.client().get(path, cookies).await
+    }
+
+    pub async fn post(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<reqwest::Body>,
+    ) -> Reply {
+        self.client().post(path, headers, body).await
+    }
+
+    pub async fn post_form(&self, path: &str, cookies: &str, fields: &[(&str, &str)]) -> Reply {
+        self.client().post_form(path, cookies, fields).await
+    }
+
+    pub async fn post_json(&self, path: &str, authorization: Option<&str>, body: &Value) -> Reply {
+        self.client().post_json(path, authorization, body).await
+    }
+}
+
+/// Asserts the headers of every dialog answer: no caching, no framing, a
+/// policy that allows no script.
+#[track_caller]
+pub fn assert_dialog_headers(reply: &Reply) {
+    assert_eq!(reply.header("cache-control"), Some("no-store"));
+    assert_eq!(reply.header("x-frame-options"), Some("DENY"));
+    let policy = reply.header("content-security-policy").expect("a CSP");
+    for directive in [
+        "default-src 'none'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+        "style-src 'sha256-",
+    ] {
+        assert!(policy.contains(directive), "{policy}");
+    }
+    assert!(!policy.contains("unsafe"), "{policy}");
+    assert!(
+        !policy.contains("script-src"),
+        "no script is allowed: {policy}"
+    );
+}
+
+/// The server's SQLite store opened by the test too (SQLite lets two
+/// processes share a file), and a gateway on it with the server's key from
+/// `key_file`: what another instance of the service would see.
+#[cfg(feature = "sqlite")]
+pub async fn sqlite_gateway(
+    database: &Path,
+    key_file: &Path,
+) -> (
+    std::sync::Arc<conversion_gateway::SqliteStore>,
+    conversion_gateway::Gateway,
+) {
+    use conversion_gateway::{Gateway, GatewayConfig, SecretHash, SecretHasher, Stores};
+    let hex = std::fs::read_to_string(key_file).expect("the server's key file");
+    let key = SecretHash::from_hex(hex.trim()).expect("64 hex digits");
+    let store = std::sync::Arc::new(
+        conversion_gateway::SqliteStore::open(database)
+            .await
+            .expect("open SQLite"),
+    );
+    let stores = Stores {
+        tokens: store.clone(),
+        clients: store.clone(),
+        accounts: store.clone(),
+        api_keys: store.clone(),
+        events: store.clone(),
+    };
+    let gateway = Gateway::new(
+        GatewayConfig::new(BASE_URL),
+        stores,
+        SecretHasher::new(*key.as_bytes()),
+    );
+    (store, gateway)
+}
