@@ -6,6 +6,20 @@
 //! could not answer. The operations marked *atomic* must hold across
 //! concurrent callers, across connections and, for shared databases, across
 //! processes: the conformance suite (feature `test-util`) checks them.
+//!
+//! # The area
+//!
+//! - this file: the five traits ([`TokenStore`], [`ClientRegistry`],
+//!   [`AccountStore`], [`ApiKeyStore`], [`EventSink`]) and the outcomes of
+//!   their atomic operations; `error.rs`: [`crate::StoreError`], which
+//!   knows nothing of HTTP (the endpoints map it);
+//! - `memory.rs`: every trait in memory, for tests and stateless hosts;
+//! - `sqlite/` (feature `sqlite`, the default) and `postgres/` (feature
+//!   `postgres`): every trait on one database, one file per trait group,
+//!   with `sql/` holding what both share (error classification, row
+//!   decoding, migrations, batched purges, the group-commit queue);
+//! - `conformance/` (feature `test-util`): the public suite that checks any
+//!   implementation of the traits, these and a host's own.
 
 #[cfg(feature = "test-util")]
 pub mod conformance;
