@@ -1,4 +1,4 @@
-//! Token issue (spec endpoint 2): bodies, client authentication, codes, and
+//! Token issue (RFC 6749 section 4.1.3): bodies, client authentication, codes, and
 //! the exact errors.
 
 use std::sync::Arc;

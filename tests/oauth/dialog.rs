@@ -1,4 +1,4 @@
-//! The authorization dialog (spec endpoint 1) and PKCE.
+//! The authorization dialog (RFC 6749 section 4.1.1) and PKCE.
 
 use conversion_gateway::DialogError;
 use conversion_gateway_testkit::*;

@@ -2,10 +2,9 @@
 //! each is answered as its shape deserves, and the answer (the event's list of
 //! dropped names, the list of errors) stays bounded however many the body
 //! holds. The bench shows the time; these checks need no clock, and
-//! `tests/validation_alloc.rs` bounds the memory the same bodies take.
+//! `alloc.rs` bounds the memory the same bodies take.
 
-#[path = "../../benches/data/hostile.rs"]
-mod bodies;
+use crate::hostile_bodies as bodies;
 
 use conversion_gateway::{
     ConversionEvent, ConversionLimits, ValidationErrors, validate_batch, validate_conversion,

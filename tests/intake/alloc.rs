@@ -6,8 +6,7 @@
 
 use conversion_gateway::{ConversionLimits, validate_batch, validate_conversion};
 
-#[path = "../benches/data/hostile.rs"]
-mod hostile;
+use crate::hostile_bodies as hostile;
 
 /// The allocations made by `f` on this thread, and what it returned.
 fn allocations_during<R>(f: impl FnOnce() -> R) -> (u64, R) {
@@ -20,10 +19,10 @@ fn allocations_during<R>(f: impl FnOnce() -> R) -> (u64, R) {
 }
 
 // The bodies the benchmark measures (benches/validation.rs).
-const MINIMAL: &[u8] = include_bytes!("../benches/data/minimal.json");
-const TYPICAL: &[u8] = include_bytes!("../benches/data/typical.json");
-const FULL: &[u8] = include_bytes!("../benches/data/full.json");
-const INVALID: &[u8] = include_bytes!("../benches/data/invalid.json");
+const MINIMAL: &[u8] = include_bytes!("../../benches/data/minimal.json");
+const TYPICAL: &[u8] = include_bytes!("../../benches/data/typical.json");
+const FULL: &[u8] = include_bytes!("../../benches/data/full.json");
+const INVALID: &[u8] = include_bytes!("../../benches/data/invalid.json");
 const CUSTOM_FIELDS: &[&str] = &[
     "plan",
     "company_size",

@@ -1,4 +1,4 @@
-//! Revocation (spec endpoint 4) and bearer authentication.
+//! Revocation (RFC 7009) and bearer authentication.
 
 use conversion_gateway::{BearerError, RequestParts};
 use conversion_gateway_testkit::*;

@@ -1,0 +1,19 @@
+//! Conversion intake: the event routes through the `Gateway` (`routes`),
+//! the validator's rules (`validation`), its properties (`props`), the heap
+//! allocations it makes (`alloc`), and that every accepted event is
+//! storable alike in every store (`storable`).
+//!
+//! Linking `allocation-counter` (in `alloc`) installs its counting global
+//! allocator in this binary; it counts per thread, so the other tests, on
+//! threads of their own, never enter a measurement.
+
+mod alloc;
+mod props;
+mod routes;
+mod storable;
+mod validation;
+
+/// The hostile bodies at the size limit that `benches/validation.rs` times,
+/// shared by `validation` (their answers) and `alloc` (their memory).
+#[path = "../../benches/data/hostile.rs"]
+mod hostile_bodies;

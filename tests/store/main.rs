@@ -1,0 +1,8 @@
+//! The stores keep the storage contract (the public conformance suite,
+//! concurrency included): in memory (`memory`), on SQLite (`sqlite`) and on
+//! PostgreSQL (`postgres`, feature `postgres`, which needs `DATABASE_URL`
+//! and fails with start-up instructions without it).
+
+mod memory;
+mod postgres;
+mod sqlite;
