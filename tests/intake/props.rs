@@ -108,15 +108,16 @@ fn any_json() -> impl Strategy<Value = Value> {
 /// a `$` path and a lowercase message; a valid event renders its payload.
 fn check_outcome<T>(result: Result<T, conversion_gateway::ValidationErrors>) {
     if let Err(errors) = result {
-        assert!(!errors.errors().is_empty());
-        assert!(matches!(errors.status(), 400 | 413));
+        assert!(!errors.errors().is_empty(), "{errors:?}");
+        let outcome = errors.status();
+        assert!(matches!(outcome, 400 | 413), "{outcome:?}");
         for error in errors.errors() {
-            assert!(error.path().to_string().starts_with('$'));
+            assert!(error.path().to_string().starts_with('$'), "{error:?}");
             let message = error.to_string();
             assert!(message.starts_with(|c: char| c.is_lowercase()), "{message}");
         }
         let body = errors.to_body();
-        assert!(body["errors"].is_array());
+        assert!(body["errors"].is_array(), "{body:?}");
     }
 }
 

@@ -33,7 +33,7 @@ async fn the_redirect_keeps_the_registered_query_string() {
         location.starts_with("https://app.example/callback?tenant=7&lang=pt&code=cgac_"),
         "{location}"
     );
-    assert!(location.ends_with("&state=s"));
+    assert!(location.ends_with("&state=s"), "{location:?}");
 }
 
 #[tokio::test]
@@ -57,8 +57,11 @@ async fn conflicting_redirect_parameters_are_refused() {
         f.client.id
     );
     let error = f.gateway.authorization_request(&query).await.unwrap_err();
-    assert!(matches!(error, DialogError::ConflictingRedirectUri));
-    assert!(!error.redirects());
+    assert!(
+        matches!(error, DialogError::ConflictingRedirectUri),
+        "{error:?}"
+    );
+    assert!(!error.redirects(), "{error:?}");
 }
 
 #[tokio::test]
@@ -69,8 +72,8 @@ async fn an_unknown_client_is_shown_an_error_and_never_redirected() {
         .authorization_request(&format!("client_id=nope&redirect_uri={REDIRECT_URI}"))
         .await
         .unwrap_err();
-    assert!(matches!(error, DialogError::UnknownClient));
-    assert!(!error.redirects());
+    assert!(matches!(error, DialogError::UnknownClient), "{error:?}");
+    assert!(!error.redirects(), "{error:?}");
     let answer = f.gateway.answer(&error);
     assert_error(&answer, 400, "INVALID_CLIENT");
     assert_eq!(answer.header("location"), None);
@@ -123,7 +126,7 @@ async fn a_response_type_other_than_code_is_redirected_back_as_an_error() {
         .authorization_request(&f.dialog_query("&response_type=token&state=s1"))
         .await
         .unwrap_err();
-    assert!(error.redirects());
+    assert!(error.redirects(), "{error:?}");
     let params = redirect_params(&f.gateway.answer(&error));
     assert_eq!(
         param(&params, "error").as_deref(),
@@ -164,8 +167,10 @@ async fn authorizing_again_gives_a_new_code_and_a_new_grant() {
         .revoke(Some(&f.basic()), &format!("token={second_refresh}"))
         .await;
     assert_eq!(answer.status, 200);
-    assert!(f.bearer(&first_access).await.is_ok());
-    assert!(f.bearer(&second_access).await.is_err());
+    let outcome = f.bearer(&first_access).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    let outcome = f.bearer(&second_access).await;
+    assert!(outcome.is_err(), "{outcome:?}");
 }
 
 // RFC 7636 appendix B.
@@ -257,7 +262,11 @@ async fn an_app_registered_as_requiring_pkce_must_send_a_challenge() {
         .unwrap();
     let query = format!("client_id={}&redirect_uri={REDIRECT_URI}", client.id);
     let error = f.gateway.authorization_request(&query).await.unwrap_err();
-    assert!(matches!(error, DialogError::InvalidPkce { .. }));
+    assert!(
+        matches!(error, DialogError::InvalidPkce { .. }),
+        "{error:?}"
+    );
     let with = format!("{query}&code_challenge={CHALLENGE}&code_challenge_method=S256");
-    assert!(f.gateway.authorization_request(&with).await.is_ok());
+    let outcome = f.gateway.authorization_request(&with).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
 }

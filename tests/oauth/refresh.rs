@@ -12,10 +12,11 @@ async fn an_access_token_expires_at_exactly_86400_seconds() {
     let f = Fixture::new().await;
     let (access, _) = f.tokens().await;
     f.clock.advance(Duration::seconds(86_399));
-    assert!(f.bearer(&access).await.is_ok());
+    let outcome = f.bearer(&access).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
     f.clock.advance(Duration::seconds(1));
     let error = f.bearer(&access).await.unwrap_err();
-    assert!(matches!(error, BearerError::Expired));
+    assert!(matches!(error, BearerError::Expired), "{error:?}");
     let answer = f.gateway.answer(error);
     assert_error(&answer, 401, "UNAUTHORIZED");
     assert_eq!(
@@ -31,7 +32,8 @@ async fn an_expired_access_token_is_renewed_with_the_refresh_token() {
     let f = Fixture::new().await;
     let (access, refresh) = f.tokens().await;
     f.clock.advance(Duration::days(3));
-    assert!(f.bearer(&access).await.is_err());
+    let outcome = f.bearer(&access).await;
+    assert!(outcome.is_err(), "{outcome:?}");
     let answer = f.refresh(&refresh).await;
     assert_eq!(answer.status, 200);
     let renewed = body(&answer);
@@ -85,7 +87,8 @@ async fn under_strict_rotation_reuse_of_a_rotated_refresh_token_revokes_the_gran
     let reuse = f.refresh(&first).await;
     assert_error(&reuse, 401, "INVALID_REFRESH_TOKEN");
     // RFC 9700 4.14.2: the attacker or the victim replayed; both lose the grant.
-    assert!(matches!(f.bearer(access).await, Err(BearerError::Invalid)));
+    let outcome = f.bearer(access).await;
+    assert!(matches!(outcome, Err(BearerError::Invalid)), "{outcome:?}");
     assert_error(&f.refresh(second).await, 401, "INVALID_REFRESH_TOKEN");
 }
 
@@ -97,7 +100,10 @@ async fn an_invalid_refresh_token_gets_the_spec_401_exactly() {
     assert_eq!(answer.header("content-type"), Some("application/json"));
     let b = body(&answer);
     assert_eq!(b["error_type"], "INVALID_REFRESH_TOKEN");
-    assert!(b["error_message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(
+        b["error_message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{b:?}"
+    );
     assert_eq!(
         b["error"], "invalid_grant",
         "standard clients read RFC 6749 5.2 error"
@@ -109,7 +115,7 @@ async fn an_invalid_refresh_token_gets_the_spec_401_exactly() {
         )),
         "{challenge}"
     );
-    assert!(!challenge.contains("expired_token"));
+    assert!(!challenge.contains("expired_token"), "{challenge:?}");
 }
 
 #[tokio::test]

@@ -18,7 +18,8 @@ async fn revoking_by_access_token_revokes_the_grant() {
     assert_eq!(answer.status, 200);
     assert_eq!(body(&answer), json!({}));
     assert_eq!(answer.header("content-type"), Some("application/json"));
-    assert!(matches!(f.bearer(&access).await, Err(BearerError::Invalid)));
+    let outcome = f.bearer(&access).await;
+    assert!(matches!(outcome, Err(BearerError::Invalid)), "{outcome:?}");
     assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
 }
 
@@ -29,7 +30,8 @@ async fn revoking_by_refresh_token_revokes_the_grant() {
     let form = format!("token={refresh}&token_type_hint=refresh_token");
     let answer = f.revoke(Some(&format!("Bearer {access}")), &form).await;
     assert_eq!(answer.status, 200);
-    assert!(f.bearer(&access).await.is_err());
+    let outcome = f.bearer(&access).await;
+    assert!(outcome.is_err(), "{outcome:?}");
     assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
 }
 
@@ -81,7 +83,8 @@ async fn revoking_someone_elses_token_answers_200_and_revokes_nothing() {
     let answer = f.revoke(Some(&other), &format!("token={refresh}")).await;
     assert_eq!(answer.status, 200);
     assert_eq!(body(&answer), json!({}));
-    assert!(f.bearer(&access).await.is_ok());
+    let outcome = f.bearer(&access).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
     assert_eq!(f.refresh(&refresh).await.status, 200);
 }
 
@@ -134,7 +137,8 @@ async fn revocation_accepts_json_bodies() {
         .await;
     let answer = f.gateway.answer(answer);
     assert_eq!(answer.status, 200);
-    assert!(f.bearer(&access).await.is_err());
+    let outcome = f.bearer(&access).await;
+    assert!(outcome.is_err(), "{outcome:?}");
 }
 
 #[tokio::test]
@@ -156,7 +160,7 @@ async fn bearer_challenges_tell_missing_invalid_and_expired_apart() {
         .authenticate_bearer(Some(&f.basic()))
         .await
         .unwrap_err();
-    assert!(matches!(basic, BearerError::Missing));
+    assert!(matches!(basic, BearerError::Missing), "{basic:?}");
 
     let invalid = f.gateway.answer(f.bearer("cgat_forged").await.unwrap_err());
     assert_error(&invalid, 401, "UNAUTHORIZED");

@@ -21,8 +21,14 @@ async fn a_code_is_exchanged_for_tokens_with_the_spec_shape() {
     assert_eq!(answer.header("content-type"), Some("application/json"));
     assert_eq!(answer.header("cache-control"), Some("no-store"));
     let body = body(&answer);
-    assert!(body["access_token"].as_str().unwrap().starts_with("cgat_"));
-    assert!(body["refresh_token"].as_str().unwrap().starts_with("cgrt_"));
+    assert!(
+        body["access_token"].as_str().unwrap().starts_with("cgat_"),
+        "{body:?}"
+    );
+    assert!(
+        body["refresh_token"].as_str().unwrap().starts_with("cgrt_"),
+        "{body:?}"
+    );
     assert_eq!(body["expires_in"], 86_400);
     assert_eq!(body["token_type"], "Bearer");
     assert_eq!(body.as_object().unwrap().len(), 4);
@@ -248,7 +254,8 @@ async fn used_code_revokes_its_tokens() {
     let first = body(&f.token_json(request.clone()).await);
     let access = first["access_token"].as_str().unwrap();
     let refresh = first["refresh_token"].as_str().unwrap();
-    assert!(f.bearer(access).await.is_ok());
+    let outcome = f.bearer(access).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
 
     let replay = f.token_json(request).await;
     assert_error(&replay, 401, "EXPIRED_CODE_GRANT");

@@ -55,14 +55,14 @@ async fn the_dialog_shows_a_sign_in_page_naming_the_app() {
         html.contains("<strong>Demo App</strong> wants to access your account"),
         "{html}"
     );
-    assert!(html.contains(r#"type="password""#));
+    assert!(html.contains(r#"type="password""#), "{html:?}");
     assert!(html.contains(r#"name="viewport""#), "readable on a phone");
-    assert!(!html.contains("<script"));
+    assert!(!html.contains("<script"), "{html:?}");
     assert_eq!(
         reply.hidden("query"),
         server.dialog_query("&state=s1").replace('&', "&amp;")
     );
-    assert!(!reply.hidden("csrf").is_empty());
+    assert!(!reply.hidden("csrf").is_empty(), "{reply:?}");
     assert_dialog_headers(&reply);
     let cookie = reply.header("set-cookie").expect("a login nonce cookie");
     assert!(cookie.starts_with("cg_login="), "{cookie}");
@@ -91,7 +91,10 @@ async fn signing_in_and_allowing_redirects_with_a_code_and_the_state() {
         ),
         "{html}"
     );
-    assert!(html.contains(r#"value="allow""#) && html.contains(r#"value="deny""#));
+    assert!(
+        html.contains(r#"value="allow""#) && html.contains(r#"value="deny""#),
+        "{html:?}"
+    );
     assert_dialog_headers(&consent);
     // Browsers check the consent form's redirect against form-action.
     let policy = consent.header("content-security-policy").unwrap();
@@ -190,7 +193,7 @@ async fn a_login_without_its_csrf_token_or_nonce_cookie_is_refused() {
         ];
         let reply = server.post_form("/auth/dialog", cookies, &fields).await;
         assert_eq!(reply.status, 403);
-        assert!(reply.html().contains("Form expired"));
+        assert!(reply.html().contains("Form expired"), "{reply:?}");
         assert_eq!(reply.cookie("cg_session"), None);
     }
     // A token made for another dialog request does not carry over.
@@ -271,7 +274,7 @@ async fn a_consent_without_a_session_asks_to_sign_in_again() {
     ];
     let reply = server.post_form("/auth/dialog", "", &fields).await;
     assert_eq!(reply.status, 400);
-    assert!(reply.html().contains("Your sign-in expired"));
+    assert!(reply.html().contains("Your sign-in expired"), "{reply:?}");
     assert_eq!(reply.header("location"), None);
 }
 
@@ -319,7 +322,10 @@ async fn switching_account_ends_the_session() {
     let reply = server.post_form("/auth/dialog", &session, &fields).await;
     assert_eq!(reply.status, 303);
     assert_eq!(reply.cookie("cg_session").as_deref(), Some(""));
-    assert!(reply.header("set-cookie").unwrap().contains("Max-Age=0"));
+    assert!(
+        reply.header("set-cookie").unwrap().contains("Max-Age=0"),
+        "{reply:?}"
+    );
 }
 
 #[tokio::test]
@@ -335,7 +341,7 @@ async fn an_unknown_app_gets_an_html_page_and_no_redirect() {
         )
         .await;
     assert_eq!(reply.status, 400);
-    assert!(reply.html().contains("Unknown application"));
+    assert!(reply.html().contains("Unknown application"), "{reply:?}");
     assert!(
         reply
             .html()
@@ -355,7 +361,10 @@ async fn an_unregistered_redirect_uri_gets_an_html_page_and_no_redirect() {
     );
     let reply = server.get(&format!("/auth/dialog?{query}"), "").await;
     assert_eq!(reply.status, 400);
-    assert!(reply.html().contains("Unregistered return address"));
+    assert!(
+        reply.html().contains("Unregistered return address"),
+        "{reply:?}"
+    );
     assert!(
         !reply.html().contains("evil.example"),
         "the untrusted address is not shown as a link"
@@ -457,7 +466,7 @@ async fn the_dialog_form_takes_only_form_bodies() {
         .post_json("/auth/dialog", None, &json!({"action": "login"}))
         .await;
     assert_eq!(reply.status, 415);
-    assert!(reply.html().contains("Unsupported form"));
+    assert!(reply.html().contains("Unsupported form"), "{reply:?}");
 }
 
 #[tokio::test]

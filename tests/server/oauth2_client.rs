@@ -58,7 +58,7 @@ async fn the_oauth2_crate_exchanges_a_code_and_refreshes_over_loopback() {
         .text()
         .await
         .unwrap();
-    assert!(consent.contains("Demo App"));
+    assert!(consent.contains("Demo App"), "{consent:?}");
     let allow = [
         ("action", "consent"),
         ("query", &query),

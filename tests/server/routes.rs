@@ -369,7 +369,7 @@ async fn bearer_routes_record_events_and_batches() {
         .await;
     assert_eq!(reply.status, 200);
     let body = reply.json();
-    assert!(body["event_batch_uuid"].is_string());
+    assert!(body["event_batch_uuid"].is_string(), "{body:?}");
     assert_eq!(body["events"].as_array().unwrap().len(), 2);
 }
 
@@ -398,7 +398,7 @@ async fn conversions_are_accepted_with_the_api_key_and_retries_replayed() {
         .convert(&server.demo.api_key, &conversion_body("ana@example.com"))
         .await;
     assert_eq!(reply.status, 200);
-    assert!(reply.json()["event_uuid"].is_string());
+    assert!(reply.json()["event_uuid"].is_string(), "{reply:?}");
 
     let uri = format!("/platform/conversions?api_key={}", server.demo.api_key);
     let headers = [

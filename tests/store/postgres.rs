@@ -344,7 +344,7 @@ async fn two_pools_racing_on_one_refresh_token_let_exactly_one_rotate_it() {
                 }
             }
             assert_eq!(winners.len(), 1, "exactly one server instance may rotate");
-            assert!(named.iter().all(|hash| *hash == winners[0]));
+            assert!(named.iter().all(|hash| *hash == winners[0]), "{named:?}");
             let mut stored = 0;
             for successor in &successors {
                 if instances[1]
@@ -404,7 +404,10 @@ async fn two_pools_racing_with_one_idempotency_key_record_once() {
             }
         }
         assert_eq!(recorded.len(), 1, "exactly one instance may record");
-        assert!(replayed.iter().all(|uuids| uuids == &recorded));
+        assert!(
+            replayed.iter().all(|uuids| uuids == &recorded),
+            "{replayed:?}"
+        );
     })
     .await;
 }
@@ -497,7 +500,7 @@ async fn data_the_database_refuses_is_rejected_not_a_retryable_outage() {
                     Err(error @ StoreError::Rejected { .. }) => {
                         // Not retryable, hence answered 422 without
                         // Retry-After (src/answer.rs tests that mapping).
-                        assert!(!error.is_retryable());
+                        assert!(!error.is_retryable(), "{error:?}");
                     }
                     other => panic!("a U+0000 must be Rejected, got {other:?}"),
                 }
@@ -577,8 +580,10 @@ async fn instances_starting_together_migrate_once() {
         let (a, b, c) = tokio::join!(schema.store(), schema.store(), schema.store());
         let grant = grant();
         a.insert_grant(&grant).await.expect("insert_grant");
-        assert!(b.find_grant(grant.id).await.expect("find").is_some());
-        assert!(c.find_grant(grant.id).await.expect("find").is_some());
+        let outcome = b.find_grant(grant.id).await.expect("find");
+        assert!(outcome.is_some(), "{outcome:?}");
+        let outcome = c.find_grant(grant.id).await.expect("find");
+        assert!(outcome.is_some(), "{outcome:?}");
     })
     .await;
 }
@@ -597,7 +602,10 @@ async fn an_unreachable_database_is_a_backend_error() {
     );
 
     let result = PgStore::connect("not a postgres address").await;
-    assert!(matches!(result, Err(StoreError::Backend { .. })));
+    assert!(
+        matches!(result, Err(StoreError::Backend { .. })),
+        "{result:?}"
+    );
 
     // A lazily connecting pool fails on first use, in the migrations.
     let lazy = PgPoolOptions::new()
@@ -605,7 +613,10 @@ async fn an_unreachable_database_is_a_backend_error() {
         .connect_lazy("postgres://postgres@127.0.0.1:1/test")
         .expect("a lazy pool");
     let result = PgStore::from_pool(lazy).await;
-    assert!(matches!(result, Err(StoreError::Backend { .. })));
+    assert!(
+        matches!(result, Err(StoreError::Backend { .. })),
+        "{result:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

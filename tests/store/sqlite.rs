@@ -277,12 +277,18 @@ async fn a_closed_store_fails_with_backend_errors() {
 async fn an_unopenable_file_is_a_backend_error() {
     let dir = TempDir::new();
     let result = SqliteStore::open(dir.0.join("missing-directory").join("gateway.db")).await;
-    assert!(matches!(result, Err(StoreError::Backend { .. })));
+    assert!(
+        matches!(result, Err(StoreError::Backend { .. })),
+        "{result:?}"
+    );
 
     let not_a_database = dir.0.join("not-a-database.db");
     std::fs::write(&not_a_database, vec![b'x'; 4096]).expect("write");
     let result = SqliteStore::open(&not_a_database).await;
-    assert!(matches!(result, Err(StoreError::Backend { .. })));
+    assert!(
+        matches!(result, Err(StoreError::Backend { .. })),
+        "{result:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -156,9 +156,11 @@ fn escaped_tabs_and_line_breaks_are_accepted_everywhere() {
             );
         }
         let body = body_with_member("tags", &format!(r#"["a{escape}b"]"#));
-        assert!(validate_conversion(&body, CUSTOM_FIELDS, &limits()).is_ok());
+        let outcome = validate_conversion(&body, CUSTOM_FIELDS, &limits());
+        assert!(outcome.is_ok(), "{outcome:?}");
         let body = body_with_member("cf_plan", &format!(r#""a{escape}b""#));
-        assert!(validate_conversion(&body, CUSTOM_FIELDS, &limits()).is_ok());
+        let outcome = validate_conversion(&body, CUSTOM_FIELDS, &limits());
+        assert!(outcome.is_ok(), "{outcome:?}");
     }
     let body = body_with_member("company_address", r#""Rua A, 1\r\nSão Paulo\tSP""#);
     let event = validate_conversion(&body, CUSTOM_FIELDS, &limits()).expect("multi-line address");
@@ -217,7 +219,8 @@ fn escaped_controls_are_refused_in_custom_fields() {
         )]
     );
     // Without such a field in the account, it is an unknown attribute.
-    assert!(validate_conversion(&body, CUSTOM_FIELDS, &limits()).is_ok());
+    let outcome = validate_conversion(&body, CUSTOM_FIELDS, &limits());
+    assert!(outcome.is_ok(), "{outcome:?}");
 }
 
 fn errors_with_custom(body: &[u8], custom: &[&str]) -> ValidationErrors {
