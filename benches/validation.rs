@@ -1,6 +1,6 @@
 //! Conversion-event validation against the usual alternatives, side by side.
 //!
-//! For each body (benches/data/*.json, shared with tests/validation_alloc.rs),
+//! For each body (benches/data/*.json, shared with tests/intake/alloc.rs),
 //! one group compares:
 //! - `validate_conversion`: this crate, every rule, all errors collected;
 //! - `serde_value`: `serde_json::from_slice::<Value>` alone, no rule checked;

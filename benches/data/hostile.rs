@@ -4,7 +4,7 @@
 //!
 //! Shared, with `#[path]`, by `benches/validation.rs` (their cost per byte
 //! beside the typical event's, in the same run) and by
-//! `tests/validation_hostile.rs` (what each is answered, and that the answer
+//! `tests/intake/validation/hostile.rs` (what each is answered, and that the answer
 //! and the event stay bounded). Built in code rather than stored as files:
 //! 2 MB of generated JSON would teach a reader nothing.
 

@@ -268,7 +268,7 @@ fn event(payload: Value) -> Value {
 
 proptest! {
     // No regression file: a failure prints its minimal case, which belongs in
-    // tests/validation.rs as a named test.
+    // tests/intake/validation.rs as a named test.
     #![proptest_config(ProptestConfig {
         cases: 512,
         failure_persistence: None,

@@ -494,7 +494,7 @@ fn runner() -> TestRunner {
     TestRunner::new(Config {
         cases: 64,
         // No regression file: a failure prints its minimal case, which
-        // belongs in tests/validation as a named test.
+        // belongs in tests/intake/validation.rs as a named test.
         failure_persistence: None,
         ..Config::default()
     })

@@ -1,6 +1,6 @@
 //! Scenarios of the refresh policies, run on every store (memory and
-//! SQLite in `tests/oauth_refresh.rs`, PostgreSQL in
-//! `tests/postgres_store.rs`).
+//! SQLite in `tests/oauth/refresh.rs`, PostgreSQL in
+//! `tests/store/postgres.rs`).
 
 use std::sync::Arc;
 
