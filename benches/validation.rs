@@ -10,7 +10,7 @@
 //! - `ignored_any`: `serde_json::from_slice::<IgnoredAny>`, the syntax-only floor.
 //!
 //! A second group, `hostile_validation`, times the typical event beside one
-//! hostile body per shape (benches/data/hostile.rs: each at the 200 KiB size
+//! hostile body per shape (`conversion_gateway_testkit::hostile`, in tests/support: each at the 200 KiB size
 //! limit, built to make a validator work harder than the bytes it reads), as
 //! throughput in bytes per second, so that the cost per byte of each shape
 //! compares with the typical event's in the same run; `ignored_any` on the
@@ -288,8 +288,7 @@ fn validation(c: &mut Criterion<BenchTime>) {
     group.finish();
 }
 
-#[path = "data/hostile.rs"]
-mod hostile;
+use conversion_gateway_testkit::hostile;
 
 fn hostile_validation(c: &mut Criterion<BenchTime>) {
     let limits = ConversionLimits::default();

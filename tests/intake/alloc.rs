@@ -6,7 +6,7 @@
 
 use conversion_gateway::{ConversionLimits, validate_batch, validate_conversion};
 
-use crate::hostile_bodies as hostile;
+use conversion_gateway_testkit::hostile;
 
 /// The allocations made by `f` on this thread, and what it returned.
 fn allocations_during<R>(f: impl FnOnce() -> R) -> (u64, R) {

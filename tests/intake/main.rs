@@ -12,8 +12,3 @@ mod props;
 mod routes;
 mod storable;
 mod validation;
-
-/// The hostile bodies at the size limit that `benches/validation.rs` times,
-/// shared by `validation` (their answers) and `alloc` (their memory).
-#[path = "../../benches/data/hostile.rs"]
-mod hostile_bodies;

@@ -4,7 +4,7 @@
 //! holds. The bench shows the time; these checks need no clock, and
 //! `alloc.rs` bounds the memory the same bodies take.
 
-use crate::hostile_bodies as bodies;
+use conversion_gateway_testkit::hostile as bodies;
 
 use conversion_gateway::{
     ConversionEvent, ConversionLimits, ValidationErrors, validate_batch, validate_conversion,

@@ -4,6 +4,7 @@
 
 mod events;
 mod fixture;
+pub mod hostile;
 pub mod refresh_scenarios;
 mod stores;
 mod temp_dir;

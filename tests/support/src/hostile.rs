@@ -2,14 +2,12 @@
 //! per shape that can make a validator work harder than the bytes it reads,
 //! or answer with an error list as long as the body.
 //!
-//! Shared, with `#[path]`, by `benches/validation.rs` (their cost per byte
-//! beside the typical event's, in the same run) and by
-//! `tests/intake/validation/hostile.rs` (what each is answered, and that the answer
-//! and the event stay bounded). Built in code rather than stored as files:
-//! 2 MB of generated JSON would teach a reader nothing.
-
-// Each including target uses its own part of this module.
-#![allow(dead_code)]
+//! Shared by `benches/validation.rs` (their cost per byte beside the
+//! typical event's, in the same run), `tests/intake/validation/hostile.rs`
+//! (what each is answered, and that the answer and the event stay bounded)
+//! and `tests/intake/alloc.rs` (the memory they take). Built in code rather
+//! than stored as files: 2 MB of generated JSON would teach a reader
+//! nothing.
 
 /// The default `ConversionLimits::max_body_bytes`: every body fills it.
 pub const BODY_LIMIT: usize = 200 * 1024;
