@@ -54,8 +54,7 @@ async fn allowing_access_lands_on_the_callback_with_a_code_and_the_state() {
                 .await
                 .expect("open the dialog");
             sign_in(&client, &demo.email, &demo.password).await;
-            let heading = wait_for(&client, "h1").await.text().await.unwrap();
-            assert_eq!(heading, "Allow access?");
+            wait_for_heading(&client, "Allow access?").await;
             let prompt = client.find(Locator::Css("p")).await.unwrap();
             let prompt = prompt.text().await.unwrap();
             assert!(prompt.contains("Demo App asks to access"), "{prompt}");
@@ -126,13 +125,36 @@ async fn a_wrong_password_shows_the_error_and_stays_on_the_dialog() {
 
             // The form on the error page still works.
             sign_in(&client, &demo.email, &demo.password).await;
-            let heading = wait_for(&client, "h1").await.text().await.unwrap();
-            assert_eq!(heading, "Allow access?");
+            wait_for_heading(&client, "Allow access?").await;
         })
         .await;
 }
 
 // --- browser steps ---------------------------------------------------------------
+
+/// Waits until the page's `h1` reads `expected`. Right after a form is sent
+/// the old page may still be showing, and its heading may go stale while it
+/// is read: both are retried until [`STEP`] has passed.
+async fn wait_for_heading(client: &Client, expected: &str) {
+    let deadline = Instant::now() + STEP;
+    loop {
+        let heading = match client.find(Locator::Css("h1")).await {
+            Ok(element) => element.text().await.ok(),
+            Err(_) => None,
+        };
+        if heading.as_deref() == Some(expected) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let url = client.current_url().await.map(String::from);
+            let source = client.source().await.unwrap_or_default();
+            panic!(
+                "the heading is {heading:?}, not {expected:?}, after {STEP:?} at {url:?}:\n{source}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 /// Fills in the sign-in form and sends it.
 async fn sign_in(client: &Client, email: &str, password: &str) {
