@@ -2,8 +2,10 @@
 //! latency of `POST /platform/conversions` with a typical 600-byte event,
 //! at a fixed number of keep-alive connections, against
 //!
-//! - `bare`: an axum handler in this process that only parses the JSON body
-//!   and answers a fresh uuid (the limit of the HTTP layer here);
+//! - `bare`: an axum handler that only parses the JSON body and answers a
+//!   fresh uuid (the limit of the HTTP layer here), served by this program
+//!   in a process of its own (`--serve-bare`), like the servers it is
+//!   compared with;
 //! - `memory`, `sqlite`, `postgres`: the example server's release binary
 //!   (`examples/server`) on each store, started through its command line.
 //!
@@ -11,6 +13,11 @@
 //! moves them alike; the table gives each target's median round and its
 //! ratio to `bare` and to `memory`. The load generator runs in this process
 //! and shares the cores with the servers, as `wrk` would.
+//!
+//! While each example server takes the flood, one client refreshes an OAuth
+//! token over and over (a fresh grant per server, through the sign-in and
+//! consent pages), so the table also shows whether token refresh queues
+//! behind the events (its p99 should stay under 100 ms).
 //!
 //! ```text
 //! cargo bench --bench intake_load --all-features -- [--seconds 10] [--connections 64] [--rounds 3]
@@ -77,6 +84,9 @@ struct Round {
 }
 
 fn main() {
+    if std::env::args().any(|arg| arg == "--serve-bare") {
+        return serve_bare();
+    }
     let options = Options::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -85,14 +95,29 @@ fn main() {
     runtime.block_on(run(options));
 }
 
+/// One target: its name, address, query string, process, and the OAuth
+/// client that refreshes tokens during its flood (not for `bare`).
+struct Target {
+    name: &'static str,
+    address: SocketAddr,
+    query: String,
+    process: Child,
+    refresher: Option<Refresher>,
+}
+
 async fn run(options: Options) {
     let binary = build_example_server();
     let dir = std::env::temp_dir().join(format!("cg-intake-load-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
 
-    let bare = serve_bare().await;
-    let mut targets: Vec<(&str, SocketAddr, String, Option<Child>)> =
-        vec![("bare", bare, "api_key=none".to_owned(), None)];
+    let (bare, bare_address) = start_bare();
+    let mut targets = vec![Target {
+        name: "bare",
+        address: bare_address,
+        query: "api_key=none".to_owned(),
+        process: bare,
+        refresher: None,
+    }];
     let postgres = std::env::var("DATABASE_URL").ok().map(postgres_store);
     let mut stores = vec![
         ("memory", "memory".to_owned()),
@@ -107,21 +132,43 @@ async fn run(options: Options) {
         eprintln!("DATABASE_URL is not set: postgres is left out");
     }
     for (name, store) in stores {
-        let (child, address, api_key) = start_server(&binary, &dir, name, &store);
-        targets.push((name, address, format!("api_key={api_key}"), Some(child)));
+        let (process, address, credentials) = start_server(&binary, &dir, name, &store);
+        let refresher = Refresher::connect(address, &credentials).await;
+        targets.push(Target {
+            name,
+            address,
+            query: format!("api_key={}", credentials["api_key"].as_str().expect("api_key")),
+            process,
+            refresher: Some(refresher),
+        });
     }
 
     let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); targets.len()];
+    let mut refreshes: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
     for round in 0..options.rounds {
-        for (index, (name, address, query, _)) in targets.iter().enumerate() {
-            let result = load(*address, query, &options).await;
+        for (index, target) in targets.iter_mut().enumerate() {
+            let deadline = Instant::now() + Duration::from_secs(options.seconds);
+            let refreshing = target
+                .refresher
+                .take()
+                .map(|refresher| tokio::spawn(refresher.run_until(deadline)));
+            let result = load(target.address, &target.query, &options, deadline).await;
+            let mut refresh_p99 = f64::NAN;
+            if let Some(task) = refreshing {
+                let (refresher, latencies) = task.await.expect("the refresher");
+                refresh_p99 = percentile(&latencies, 0.99);
+                refreshes[index].extend(latencies);
+                target.refresher = Some(refresher);
+            }
             eprintln!(
-                "round {} {name:>8}: {:>8.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  failures {}",
+                "round {} {:>8}: {:>8.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  failures {}  refresh p99 {:>6.2} ms",
                 round + 1,
+                target.name,
                 result.requests_per_second,
                 result.p50_ms,
                 result.p99_ms,
-                result.failures
+                result.failures,
+                refresh_p99,
             );
             rounds[index].push(result);
         }
@@ -129,15 +176,28 @@ async fn run(options: Options) {
 
     let medians: Vec<Round> = rounds.iter().map(|r| median(r)).collect();
     println!(
-        "\n{} connections, {} s per run, {} rounds, median round:\n",
+        "\n{} connections, {} s per run, {} rounds, median round; token refreshes during the floods, all rounds:\n",
         options.connections, options.seconds, options.rounds
     );
-    println!("| target | requests/s | vs bare | vs memory | p50 ms | p99 ms | failures |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| target | requests/s | vs bare | vs memory | p50 ms | p99 ms | failures | refreshes | refresh p99 ms | refresh max ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let memory = medians[1].requests_per_second;
-    for ((name, ..), result) in targets.iter().zip(&medians) {
+    for ((target, result), refreshes) in targets.iter().zip(&medians).zip(&mut refreshes) {
+        refreshes.sort_unstable();
+        let (count, p99, max) = if target.refresher.is_some() {
+            (
+                refreshes.len().to_string(),
+                format!("{:.2}", percentile(refreshes, 0.99)),
+                format!("{:.2}", percentile(refreshes, 1.0)),
+            )
+        } else {
+            ("".to_owned(), "".to_owned(), "".to_owned())
+        };
         println!(
-            "| {name} | {:.0} | {:.0}% | {:.0}% | {:.2} | {:.2} | {} |",
+            "| {} | {:.0} | {:.0}% | {:.0}% | {:.2} | {:.2} | {} | {count} | {p99} | {max} |",
+            target.name,
             result.requests_per_second,
             100.0 * result.requests_per_second / medians[0].requests_per_second,
             100.0 * result.requests_per_second / memory,
@@ -147,16 +207,23 @@ async fn run(options: Options) {
         );
     }
 
-    for (_, _, _, child) in &mut targets {
-        if let Some(child) = child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+    for target in &mut targets {
+        let _ = target.process.kill();
+        let _ = target.process.wait();
     }
     if let Some((drop_schema, _)) = postgres {
         drop_schema();
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `p` quantile of sorted `latencies`, in milliseconds.
+fn percentile(latencies: &[Duration], p: f64) -> f64 {
+    let mut sorted = latencies.to_vec();
+    sorted.sort_unstable();
+    sorted
+        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// The median round by requests per second.
@@ -168,8 +235,7 @@ fn median(rounds: &[Round]) -> Round {
 
 /// `connections` keep-alive connections posting the typical event for
 /// `seconds`; every answer but a 200 is a failure.
-async fn load(address: SocketAddr, query: &str, options: &Options) -> Round {
-    let deadline = Instant::now() + Duration::from_secs(options.seconds);
+async fn load(address: SocketAddr, query: &str, options: &Options, deadline: Instant) -> Round {
     let uri = format!("http://{address}/platform/conversions?{query}");
     let tasks: Vec<_> = (0..options.connections)
         .map(|_| {
@@ -215,22 +281,17 @@ async fn load(address: SocketAddr, query: &str, options: &Options) -> Round {
         failures += task_failures;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    latencies.sort_unstable();
-    let percentile = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
-            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
-    };
     Round {
         requests_per_second: latencies.len() as f64 / elapsed,
-        p50_ms: percentile(0.50),
-        p99_ms: percentile(0.99),
+        p50_ms: percentile(&latencies, 0.50),
+        p99_ms: percentile(&latencies, 0.99),
         failures,
     }
 }
 
-/// The bare handler: parse the JSON body, answer a fresh uuid.
-async fn serve_bare() -> SocketAddr {
+/// `--serve-bare`: the bare handler (parse the JSON body, answer a fresh
+/// uuid) on a port of its own, announced on stdout; serves until killed.
+fn serve_bare() {
     async fn handler(body: Bytes) -> axum::response::Response {
         use axum::response::IntoResponse as _;
         match serde_json::from_slice::<Value>(&body) {
@@ -242,11 +303,164 @@ async fn serve_bare() -> SocketAddr {
             Err(_) => axum::http::StatusCode::BAD_REQUEST.into_response(),
         }
     }
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-    let address = listener.local_addr().expect("its address");
-    let app = Router::new().route("/platform/conversions", post(handler));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    address
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let address = listener.local_addr().expect("its address");
+        println!("{address}");
+        let app = Router::new().route("/platform/conversions", post(handler));
+        axum::serve(listener, app).await.expect("serve");
+    });
+}
+
+/// Starts this program again as the bare server: the process and its address.
+fn start_bare() -> (Child, SocketAddr) {
+    use std::io::BufRead as _;
+    let mut child = Command::new(std::env::current_exe().expect("this program"))
+        .arg("--serve-bare")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the bare server");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("its stdout"))
+        .read_line(&mut line)
+        .expect("its address");
+    let address = line.trim().parse().expect("an address");
+    (child, address)
+}
+
+/// An OAuth client of the demo app holding a grant: it refreshes its token
+/// over and over, with a short pause between refreshes, as a client does.
+struct Refresher {
+    http: reqwest::Client,
+    base: String,
+    client_id: String,
+    client_secret: String,
+    refresh_token: String,
+}
+
+impl Refresher {
+    /// Signs in as the demo account, allows the demo app, and exchanges the
+    /// code: a client holding a fresh grant.
+    async fn connect(address: SocketAddr, credentials: &Value) -> Self {
+        let field = |name: &str| credentials[name].as_str().expect(name).to_owned();
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("an HTTP client");
+        let base = format!("http://{address}");
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("client_id", &field("client_id"))
+            .append_pair("redirect_uri", &field("redirect_uri"))
+            .finish();
+        let dialog = format!("{base}/auth/dialog?{query}");
+        let page = http.get(&dialog).send().await.expect("the sign-in page");
+        let nonce = cookie(&page, "cg_login");
+        let csrf = hidden(&page.text().await.expect("its HTML"), "csrf");
+        let signed_in = http
+            .post(format!("{base}/auth/dialog"))
+            .header("cookie", format!("cg_login={nonce}"))
+            .form(&[
+                ("action", "login"),
+                ("query", &query),
+                ("csrf", &csrf),
+                ("email", &field("email")),
+                ("password", &field("password")),
+            ])
+            .send()
+            .await
+            .expect("signing in");
+        let session = format!("cg_session={}", cookie(&signed_in, "cg_session"));
+        let consent = http
+            .get(&dialog)
+            .header("cookie", &session)
+            .send()
+            .await
+            .expect("the consent page");
+        let csrf = hidden(&consent.text().await.expect("its HTML"), "csrf");
+        let allowed = http
+            .post(format!("{base}/auth/dialog"))
+            .header("cookie", &session)
+            .form(&[
+                ("action", "consent"),
+                ("query", &query),
+                ("csrf", &csrf),
+                ("decision", "allow"),
+            ])
+            .send()
+            .await
+            .expect("allowing");
+        let location = allowed.headers()["location"].to_str().expect("a Location");
+        let code = form_urlencoded::parse(location.split_once('?').expect("a query").1.as_bytes())
+            .find(|(name, _)| name == "code")
+            .expect("a code")
+            .1
+            .into_owned();
+        let mut refresher = Self {
+            http,
+            base,
+            client_id: field("client_id"),
+            client_secret: field("client_secret"),
+            refresh_token: String::new(),
+        };
+        refresher.refresh_token = refresher.token(("code", &code)).await;
+        refresher
+    }
+
+    /// Posts the token request with `grant` and returns the refresh token.
+    async fn token(&self, grant: (&str, &str)) -> String {
+        let mut body = json!({ "client_id": self.client_id, "client_secret": self.client_secret });
+        body[grant.0] = Value::from(grant.1);
+        let reply = self
+            .http
+            .post(format!("{}/auth/token", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("the token endpoint");
+        assert_eq!(reply.status(), 200, "a token answer");
+        let tokens: Value =
+            serde_json::from_slice(&reply.bytes().await.expect("tokens")).expect("JSON tokens");
+        tokens["refresh_token"].as_str().expect("a refresh token").to_owned()
+    }
+
+    /// Refreshes every 20 ms until `deadline`: itself and each refresh's latency.
+    async fn run_until(mut self, deadline: Instant) -> (Self, Vec<Duration>) {
+        let mut latencies = Vec::new();
+        while Instant::now() < deadline {
+            let started = Instant::now();
+            let presented = self.refresh_token.clone();
+            self.refresh_token = self.token(("refresh_token", &presented)).await;
+            latencies.push(started.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (self, latencies)
+    }
+}
+
+/// The value of the cookie `name` that `reply` sets.
+fn cookie(reply: &reqwest::Response, name: &str) -> String {
+    let prefix = format!("{name}=");
+    reply
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .find_map(|value| value.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_else(|| panic!("no {name} cookie"))
+        .to_owned()
+}
+
+/// The value of the hidden form field `name` in `html`.
+fn hidden(html: &str, name: &str) -> String {
+    let marker = format!(r#"name="{name}" value=""#);
+    let start = html.find(&marker).unwrap_or_else(|| panic!("no field {name}")) + marker.len();
+    html[start..].split('"').next().unwrap_or_default().to_owned()
 }
 
 /// The example server's release binary, built (or found fresh) by cargo.
@@ -269,13 +483,13 @@ fn build_example_server() -> PathBuf {
 }
 
 /// Starts the example server on `store`; returns it, its address and the
-/// demo API key.
+/// demo credentials (API key, app, account).
 fn start_server(
     binary: &PathBuf,
     dir: &std::path::Path,
     name: &str,
     store: &str,
-) -> (Child, SocketAddr, String) {
+) -> (Child, SocketAddr, Value) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("a free port")
@@ -302,11 +516,7 @@ fn start_server(
     }
     let text = std::fs::read_to_string(&demo).expect("the demo credentials");
     let credentials: Value = serde_json::from_str(&text).expect("their JSON");
-    let api_key = credentials["api_key"]
-        .as_str()
-        .expect("an api_key")
-        .to_owned();
-    (child, SocketAddr::from(([127, 0, 0, 1], port)), api_key)
+    (child, SocketAddr::from(([127, 0, 0, 1], port)), credentials)
 }
 
 /// A schema of its own on the `DATABASE_URL` server: a function that drops
