@@ -39,6 +39,17 @@ pub struct GatewayConfig {
     /// The most records one purge statement deletes. Default 1000: each
     /// statement then holds its locks for milliseconds.
     pub purge_batch: usize,
+    /// How long an API key that authenticated is trusted without asking the
+    /// store again. Default 10 seconds; zero asks the store on every
+    /// request.
+    ///
+    /// This bounds how long a key switched off elsewhere (by another server
+    /// instance, or in the store directly) is still accepted here. A key
+    /// switched off through this gateway's
+    /// [`crate::Gateway::set_api_key_active`] is refused at once, and an
+    /// unknown or switched-off key is never remembered, so switching a key
+    /// on takes effect at once.
+    pub api_key_cache_ttl: Duration,
 }
 
 impl GatewayConfig {
@@ -55,6 +66,7 @@ impl GatewayConfig {
             conversion_limits: ConversionLimits::default(),
             purge_retention: Duration::days(7),
             purge_batch: 1000,
+            api_key_cache_ttl: Duration::seconds(10),
         }
     }
 

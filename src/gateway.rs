@@ -11,6 +11,8 @@
 
 use std::sync::Arc;
 
+use crate::intake::api_key_cache::ApiKeyCache;
+
 use crate::{
     Account, AccountId, AccountStore, AnswerContext, ApiKey, ApiKeyError, ApiKeyId, ApiKeyRecord,
     ApiKeyStore, Client, ClientId, ClientRegistration, ClientRegistry, ClientSecret, Clock,
@@ -70,6 +72,11 @@ pub struct Gateway {
     pub(crate) hasher: SecretHasher,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) random: Arc<dyn RandomSource>,
+    /// API keys that authenticated recently (for
+    /// [`GatewayConfig::api_key_cache_ttl`]).
+    pub(crate) api_key_cache: ApiKeyCache,
+    /// [`GatewayConfig::realm`], built once: every answer may need it.
+    realm: String,
 }
 
 impl Gateway {
@@ -78,6 +85,8 @@ impl Gateway {
     pub fn new(config: GatewayConfig, stores: Stores, hasher: SecretHasher) -> Self {
         Self {
             stores,
+            api_key_cache: ApiKeyCache::new(config.api_key_cache_ttl),
+            realm: config.realm(),
             config,
             hasher,
             clock: Arc::new(SystemClock),
@@ -107,8 +116,7 @@ impl Gateway {
     /// the challenge realm (from [`GatewayConfig::base_url`]), so no caller
     /// has to.
     pub fn answer(&self, outcome: impl ToHttpAnswer) -> HttpAnswer {
-        let realm = self.config.realm();
-        outcome.to_http_answer(&AnswerContext::new(&realm))
+        outcome.to_http_answer(&AnswerContext::new(&self.realm))
     }
 
     /// Registers an application. Returns it and its client secret, which is
@@ -249,10 +257,17 @@ impl Gateway {
 
     /// Switches an API key off or back on. Returns whether it exists.
     ///
+    /// Takes effect at once on this gateway; other gateways on the same
+    /// store may accept a key switched off for up to their
+    /// [`GatewayConfig::api_key_cache_ttl`].
+    ///
     /// # Errors
     /// The store's error.
     pub async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
-        self.stores.api_keys.set_api_key_active(id, active).await
+        let changed = self.stores.api_keys.set_api_key_active(id, active).await;
+        // Whatever the store answered, the next request asks it again.
+        self.api_key_cache.forget(id);
+        changed
     }
 }
 

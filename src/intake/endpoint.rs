@@ -3,16 +3,20 @@
 //! `/platform/events/batch` with a bearer token (from applications), with
 //! batches and idempotent retries.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::intake::api_key_cache::KeyOwner;
+use crate::random::time_ordered_uuid;
 use crate::request::{MediaType, Params, media_type};
 use crate::{
-    Account, AnswerContext, ApiKey, ApiKeyId, BearerError, ConversionEvent, EventSubmission,
+    Account, AnswerContext, ApiKey, BearerError, ConversionEvent, EventSubmission,
     Gateway, HttpAnswer, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
-    RecordedEvent, RequestParts, StoreError, ToHttpAnswer, ValidationErrors, random_uuid,
-    validate_batch, validate_conversion,
+    RecordedEvent, RequestParts, StoreError, ToHttpAnswer, ValidationErrors, validate_batch,
+    validate_conversion,
 };
 
 /// The longest `Idempotency-Key` accepted, in bytes.
@@ -148,15 +152,24 @@ impl Gateway {
     /// The account an API key belongs to, if the key is known and switched
     /// on. The key is compared by its keyed hash, never stored or logged.
     ///
+    /// A key that authenticated is remembered for
+    /// [`crate::GatewayConfig::api_key_cache_ttl`]: within that time, a key
+    /// switched off by another gateway on the same store may still be
+    /// accepted here.
+    ///
     /// # Errors
     /// [`IntakeError::InvalidApiKey`], or the store's error.
     pub async fn authenticate_api_key(&self, key: &str) -> Result<Account, IntakeError> {
-        Ok(self.api_key_owner(key).await?.0)
+        Ok(Account::clone(&self.api_key_owner(key).await?.account))
     }
 
-    /// The account an active API key belongs to, and the key's id.
-    async fn api_key_owner(&self, key: &str) -> Result<(Account, ApiKeyId), IntakeError> {
+    /// The account an active API key belongs to, and the key's id: from the
+    /// cache, or from the stores (and then cached).
+    async fn api_key_owner(&self, key: &str) -> Result<KeyOwner, IntakeError> {
         let hash = ApiKey::new(key).hash(&self.hasher);
+        if let Some(owner) = self.api_key_cache.get(&hash, self.clock.now()) {
+            return Ok(owner);
+        }
         let record = self.stores.api_keys.find_api_key(&hash).await?;
         let Some(record) = record.filter(|record| record.active) else {
             return Err(IntakeError::InvalidApiKey);
@@ -167,7 +180,15 @@ impl Gateway {
             .find_account(record.account_id)
             .await?
             .ok_or(IntakeError::InvalidApiKey)?;
-        Ok((account, record.id))
+        let owner = KeyOwner {
+            account: Arc::new(account),
+            key_id: record.id,
+        };
+        // The time of the answer, not of the question: the entry's life
+        // starts once the store has said the key is on.
+        self.api_key_cache
+            .insert(&hash, owner.clone(), self.clock.now());
+        Ok(owner)
     }
 
     /// `POST /platform/conversions?api_key=KEY`: one conversion from a
@@ -184,7 +205,7 @@ impl Gateway {
         let query =
             Params::from_form(request.query.as_bytes()).map_err(|_| IntakeError::MalformedQuery)?;
         let key = query.get("api_key").ok_or(IntakeError::InvalidApiKey)?;
-        let (account, key_id) = self.api_key_owner(key).await?;
+        let KeyOwner { account, key_id } = self.api_key_owner(key).await?;
         let credential = Credential {
             channel: IntakeChannel::ApiKey,
             scope: IdempotencyScope::ApiKey(key_id),
@@ -273,7 +294,8 @@ impl Gateway {
             .iter()
             .map(|event| self.recorded_event(event, account, &channel, now))
             .collect();
-        let batch_uuid = matches!(route, Route::Batch).then(|| random_uuid(&*self.random));
+        let batch_uuid =
+            matches!(route, Route::Batch).then(|| time_ordered_uuid(now, &*self.random));
         let idempotency = idempotency_key.map(|key| IdempotencyClaim {
             account_id: account.id,
             scope,
@@ -315,7 +337,7 @@ impl Gateway {
         now: time::OffsetDateTime,
     ) -> RecordedEvent {
         RecordedEvent {
-            event_uuid: random_uuid(&*self.random),
+            event_uuid: time_ordered_uuid(now, &*self.random),
             account_id: account.id,
             received_at: now,
             event_type: event.event_type().to_owned(),

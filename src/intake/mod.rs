@@ -3,7 +3,8 @@
 //! # The flow
 //!
 //! 1. Authenticate: an API key in the query (`POST /platform/conversions`,
-//!    from website forms; [`api_key`]) or an OAuth bearer token
+//!    from website forms; [`api_key`], remembered for a few seconds by
+//!    [`api_key_cache`]) or an OAuth bearer token
 //!    (`POST /platform/events` and `/platform/events/batch`, from
 //!    applications).
 //! 2. Validate the body in one pass with no allocation for a valid event
@@ -18,6 +19,7 @@
 //! a store, a clock or the network.
 
 pub(crate) mod api_key;
+pub(crate) mod api_key_cache;
 pub(crate) mod endpoint;
 pub(crate) mod event;
 pub(crate) mod validator;
