@@ -512,6 +512,9 @@ impl MemoryEventSink {
 #[async_trait]
 impl EventSink for MemoryEventSink {
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
+        // Copied before the lock is taken, so that concurrent calls wait
+        // only for the map operations, not for each other's copies.
+        let events = submission.events.clone();
         let mut state = lock(&self.state);
         if let Some(claim) = &submission.idempotency {
             let id = (claim.account_id, claim.scope.clone(), claim.key.clone());
@@ -532,13 +535,14 @@ impl EventSink for MemoryEventSink {
         }
         // Check every uuid before inserting any: all or nothing.
         let mut seen = std::collections::HashSet::new();
-        for event in &submission.events {
-            if state.events.contains_key(&event.event_uuid) || !seen.insert(event.event_uuid) {
+        for event in &events {
+            let repeated = events.len() > 1 && !seen.insert(event.event_uuid);
+            if repeated || state.events.contains_key(&event.event_uuid) {
                 return Err(StoreError::Duplicate { what: "event" });
             }
         }
-        for event in &submission.events {
-            state.events.insert(event.event_uuid, event.clone());
+        for event in events {
+            state.events.insert(event.event_uuid, event);
         }
         if let Some(claim) = &submission.idempotency {
             state.claims.insert(
