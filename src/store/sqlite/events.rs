@@ -1,7 +1,8 @@
 //! [`EventSink`] on SQLite, with group commit: concurrent `record` calls
 //! queue to one writer task that stores whatever has queued in one write
-//! transaction, each submission in a savepoint of its own, and answers each
-//! after the COMMIT.
+//! transaction (the events of every submission without an idempotency key
+//! in one multi-row `INSERT`, each submission with a key in a savepoint of
+//! its own), and answers each after the COMMIT.
 
 use async_trait::async_trait;
 use sqlx::Connection as _;
@@ -46,29 +47,7 @@ async fn record_in(
             }
         }
     }
-    let batch_uuid = submission.batch_uuid.map(uuid_text);
-    for event in &submission.events {
-        sqlx::query(
-            "INSERT INTO events
-                 (event_uuid, account_id, received_at, event_type, event_family,
-                  conversion_identifier, email, payload, channel, batch_uuid)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(uuid_text(event.event_uuid))
-        .bind(uuid_text(event.account_id.0))
-        .bind(micros(event.received_at)?)
-        .bind(&event.event_type)
-        .bind(&event.event_family)
-        .bind(&event.conversion_identifier)
-        .bind(&event.email)
-        .bind(json_text(&event.payload)?)
-        .bind(json_text(&channel_to_json(&event.channel)?)?)
-        .bind(batch_uuid.as_deref())
-        .execute(&mut *conn)
-        .await
-        // The caller rolls back the events before it: all or nothing.
-        .map_err(insert_failed("event", RECORD))?;
-    }
+    insert_events(conn, &[submission]).await?;
     if let Some(claim) = &submission.idempotency {
         let event_uuids: Vec<Uuid> = submission.events.iter().map(|e| e.event_uuid).collect();
         // An expired claim for the key is replaced.
@@ -91,12 +70,67 @@ async fn record_in(
         .bind(micros(claim.created_at)?)
         .bind(micros(claim.expires_at)?)
         .bind(json_text(&event_uuids)?)
-        .bind(batch_uuid.as_deref())
+        .bind(submission.batch_uuid.map(uuid_text))
         .execute(&mut *conn)
         .await
         .map_err(backend(RECORD))?;
     }
     Ok(RecordOutcome::Recorded)
+}
+
+/// The most events one `INSERT` statement carries: 10 values each, well
+/// under SQLite's limit of 32,766 bound values per statement.
+const EVENTS_PER_STATEMENT: usize = 256;
+
+/// Inserts the events of `submissions` (not their claims) with one
+/// multi-row `INSERT` per [`EVENTS_PER_STATEMENT`] events, on `conn`, which
+/// is inside a write transaction. SQLite undoes a failing statement's own
+/// rows and nothing else, so with one statement this stores every event or
+/// none; with several, the caller wraps them in a savepoint.
+async fn insert_events(
+    conn: &mut SqliteConnection,
+    submissions: &[&EventSubmission],
+) -> Result<(), StoreError> {
+    let rows = submissions
+        .iter()
+        .flat_map(|submission| {
+            let batch_uuid = submission.batch_uuid;
+            submission.events.iter().map(move |event| (event, batch_uuid))
+        })
+        .collect::<Vec<_>>();
+    for chunk in rows.chunks(EVENTS_PER_STATEMENT) {
+        let mut sql = String::from(
+            "INSERT INTO events
+                 (event_uuid, account_id, received_at, event_type, event_family,
+                  conversion_identifier, email, payload, channel, batch_uuid)
+             VALUES ",
+        );
+        for index in 0..chunk.len() {
+            if index > 0 {
+                sql.push(',');
+            }
+            sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        }
+        let mut statement = sqlx::query(&sql);
+        for (event, batch_uuid) in chunk {
+            statement = statement
+                .bind(uuid_text(event.event_uuid))
+                .bind(uuid_text(event.account_id.0))
+                .bind(micros(event.received_at)?)
+                .bind(event.event_type.as_str())
+                .bind(event.event_family.as_str())
+                .bind(event.conversion_identifier.as_str())
+                .bind(event.email.as_str())
+                .bind(json_text(&event.payload)?)
+                .bind(json_text(&channel_to_json(&event.channel)?)?)
+                .bind(batch_uuid.map(uuid_text));
+        }
+        statement
+            .execute(&mut *conn)
+            .await
+            .map_err(insert_failed("event", RECORD))?;
+    }
+    Ok(())
 }
 
 /// Records one submission in a write transaction of its own.
@@ -133,9 +167,16 @@ pub(super) async fn group_writer(pool: SqlitePool, mut queue: mpsc::Receiver<Job
     }
 }
 
-/// Records each job in a savepoint of one write transaction. `Ok` holds
-/// each job's own outcome, all committed; `Err` means the transaction
-/// failed and nothing was recorded.
+/// Records a group of jobs in one write transaction. `Ok` holds each job's
+/// own outcome, all committed; `Err` means the transaction failed and
+/// nothing was recorded.
+///
+/// Submissions without an idempotency key (the common case) go in
+/// together, a few statements for the whole group; should those fail on
+/// the data (a duplicate uuid, a value SQLite refuses), they are undone and
+/// the submissions go one by one, so that one bad submission fails alone.
+/// Submissions with a key each read and write their claim in a savepoint
+/// of their own.
 async fn record_group(
     pool: &SqlitePool,
     jobs: &[Job],
@@ -144,12 +185,46 @@ async fn record_group(
         .begin_with("BEGIN IMMEDIATE")
         .await
         .map_err(backend(RECORD))?;
+    let plain: Vec<&EventSubmission> = jobs
+        .iter()
+        .map(|job| &job.submission)
+        .filter(|submission| submission.idempotency.is_none())
+        .collect();
+    let mut plain_recorded = plain.is_empty();
+    if !plain_recorded {
+        let mut savepoint = tx.begin().await.map_err(backend(RECORD))?;
+        match insert_events(&mut savepoint, &plain).await {
+            Ok(()) => {
+                savepoint.commit().await.map_err(backend(RECORD))?;
+                plain_recorded = true;
+            }
+            // Refused for its data: one of the submissions is at fault.
+            Err(StoreError::Duplicate { .. } | StoreError::Rejected { .. }) => {
+                savepoint.rollback().await.map_err(backend(RECORD))?;
+            }
+            // The database failed: so does the group, nothing committed.
+            Err(error) => return Err(error),
+        }
+    }
+
     let mut outcomes = Vec::with_capacity(jobs.len());
     for job in jobs {
+        let submission = &job.submission;
+        if submission.idempotency.is_none() {
+            outcomes.push(if plain_recorded {
+                Ok(RecordOutcome::Recorded)
+            } else {
+                // One statement: all of this submission's events, or none.
+                insert_events(&mut tx, &[submission])
+                    .await
+                    .map(|()| RecordOutcome::Recorded)
+            });
+            continue;
+        }
         // A failing submission rolls back to its savepoint: its neighbours'
         // work stands.
         let mut savepoint = tx.begin().await.map_err(backend(RECORD))?;
-        let outcome = record_in(&mut savepoint, &job.submission).await;
+        let outcome = record_in(&mut savepoint, submission).await;
         match outcome {
             Ok(_) => savepoint.commit().await,
             Err(_) => savepoint.rollback().await,

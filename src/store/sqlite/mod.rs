@@ -13,10 +13,12 @@
 //! process can write between the read and the write.
 //!
 //! Events are recorded with group commit: concurrent `record` calls queue
-//! to one task that stores whatever has queued in one write transaction,
-//! each submission in a savepoint of its own (so one failing submission
-//! does not fail its neighbours), and answers each after the COMMIT. Many
-//! writers then share one disk flush instead of waiting for one each.
+//! to one task that stores whatever has queued in one write transaction
+//! (the plain submissions' events in one multi-row `INSERT`, those with an
+//! idempotency key each in a savepoint of its own, so one failing
+//! submission does not fail its neighbours), and answers each after the
+//! COMMIT. Many writers then share one disk flush and a few statements
+//! instead of waiting for a flush and running statements each.
 //!
 //! Layout: this file opens the database (options, pools, migrations);
 //! [`columns`] says how values are stored in SQLite's few column types;
