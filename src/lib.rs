@@ -166,7 +166,7 @@ mod intake;
 pub use intake::api_key::{ApiKeyError, ApiKeyId, ApiKeyRecord};
 pub use intake::endpoint::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
 pub use intake::event::{
-    EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
+    EventPayload, EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
     RecordedEvent,
 };
 pub use intake::validator::errors::{

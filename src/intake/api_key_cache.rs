@@ -201,7 +201,7 @@ mod tests {
         assert!(cache.get(&hash_of(CAPACITY - 1), NOW).is_some());
 
         // Full of live entries: everything goes, the new one stays.
-        for index in CAPACITY + 1..CAPACITY + 1 + CAPACITY / 2 {
+        for index in CAPACITY + 1..CAPACITY + CAPACITY / 2 {
             cache.insert(&hash_of(index), owner.clone(), NOW);
         }
         assert_eq!(cache.len(), CAPACITY);

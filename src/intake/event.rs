@@ -1,6 +1,10 @@
 //! Recorded conversion events and the submissions that record them.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -41,9 +45,93 @@ pub struct RecordedEvent {
     pub email: String,
     /// The validated payload: standard fields and the account's custom
     /// fields; unknown attributes are not kept.
-    pub payload: serde_json::Value,
+    pub payload: EventPayload,
     /// How the event arrived.
     pub channel: IntakeChannel,
+}
+
+/// The payload of a recorded event: a JSON object, kept as its text.
+///
+/// The validator writes it straight from the request body, and the stores
+/// write that text as it is; no tree of [`serde_json::Value`]s is built,
+/// copied or freed on the way, which was a fifth of the time a conversion
+/// spent in the service besides the network. Cloning shares the text.
+///
+/// Two payloads are equal when they hold the same JSON object, whatever the
+/// order of its members or the spacing: PostgreSQL's `jsonb` gives a
+/// payload back with its members reordered.
+#[derive(Clone)]
+pub struct EventPayload(Arc<RawValue>);
+
+impl EventPayload {
+    /// The payload holding `value`'s JSON text (compact, members in the
+    /// map's order).
+    pub fn from_value(value: &serde_json::Value) -> Self {
+        // Serialising a `Value` cannot fail: its keys are strings.
+        let raw = serde_json::value::to_raw_value(value).unwrap_or_else(|_| unreachable!());
+        Self(Arc::from(raw))
+    }
+
+    /// The payload whose JSON text is `raw`.
+    pub(crate) fn from_raw(raw: Box<RawValue>) -> Self {
+        Self(Arc::from(raw))
+    }
+
+    /// The payload read back from a store: `text` must be JSON.
+    ///
+    /// # Errors
+    /// The text is not JSON.
+    pub fn from_json_text(text: String) -> Result<Self, serde_json::Error> {
+        RawValue::from_string(text).map(Self::from_raw)
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The payload as a [`serde_json::Value`], to read its members.
+    pub fn to_value(&self) -> serde_json::Value {
+        // The text is JSON by construction.
+        serde_json::from_str(self.as_str()).unwrap_or_default()
+    }
+
+    /// The raw JSON, for serialisers.
+    pub(crate) fn as_raw(&self) -> &RawValue {
+        &self.0
+    }
+}
+
+impl From<serde_json::Value> for EventPayload {
+    fn from(value: serde_json::Value) -> Self {
+        Self::from_value(&value)
+    }
+}
+
+impl PartialEq for EventPayload {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str() || self.to_value() == other.to_value()
+    }
+}
+
+impl Eq for EventPayload {}
+
+impl fmt::Debug for EventPayload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for EventPayload {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.as_raw().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for EventPayload {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(deserializer).map(Self::from_raw)
+    }
 }
 
 /// The credential whose `Idempotency-Key`s a claim belongs to.

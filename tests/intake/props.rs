@@ -369,6 +369,11 @@ proptest! {
             Err(errors) => panic!("{:#}\nfor {payload:#}", errors.to_body()),
         };
         prop_assert_eq!(event.to_payload_json(), payload.clone());
+        // The text recorded is exactly that value's serialisation: members
+        // in the same order, the same escapes.
+        let text = serde_json::to_string(&event.to_payload_json()).expect("serializable");
+        let recorded = event.to_payload();
+        prop_assert_eq!(recorded.as_str(), text.as_str());
         prop_assert_eq!(event.email(), payload["email"].as_str().unwrap_or_default());
         let tags: Vec<String> = event.tags().map(|tag| tag.into_owned()).collect();
         let sent: Vec<String> = payload["tags"]
@@ -393,6 +398,7 @@ proptest! {
         let mut limits = ConversionLimits::default();
         limits.max_depth = 64;
         let event = validate_conversion(&body, CUSTOM_FIELDS, &limits).expect("accepted");
+        prop_assert_eq!(event.to_payload().to_value(), payload.clone());
         prop_assert_eq!(event.to_payload_json(), payload);
         prop_assert_eq!(event.unknown_attributes().count(), extra.len());
     }

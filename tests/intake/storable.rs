@@ -417,7 +417,7 @@ fn recorded(event: &ConversionEvent<'_>) -> RecordedEvent {
         event_family: event.event_family().to_owned(),
         conversion_identifier: event.conversion_identifier().to_owned(),
         email: event.email().to_owned(),
-        payload: event.to_payload_json(),
+        payload: event.to_payload(),
         channel: IntakeChannel::ApiKey,
     }
 }

@@ -139,7 +139,8 @@ fn event(account: AccountId, n: usize) -> RecordedEvent {
             "email": format!("lead{n}@example.com"),
             "cf_score": 1.5,
             "tags": ["x"],
-        }),
+        })
+        .into(),
         channel: IntakeChannel::ApiKey,
     }
 }

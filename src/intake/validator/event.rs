@@ -3,8 +3,11 @@
 
 use std::borrow::Cow;
 
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
+
+use crate::intake::event::EventPayload;
 
 use super::custom_fields::CUSTOM_PREFIX;
 use super::envelope::{EventFamily, EventType};
@@ -205,6 +208,18 @@ impl<'a> ConversionEvent<'a> {
         self.dropped.count
     }
 
+    /// The normalized payload to record, as [`ConversionEvent::to_payload_json`]
+    /// gives it, written straight to its JSON text: members in the same
+    /// (sorted) order, the same compact form, without building a
+    /// [`Value`] first.
+    pub fn to_payload(&self) -> EventPayload {
+        // Serialising borrowed strings, booleans and sequences of them into
+        // a string cannot fail.
+        let raw = serde_json::value::to_raw_value(&PayloadMembers::of(self))
+            .unwrap_or_else(|_| unreachable!());
+        EventPayload::from_raw(raw)
+    }
+
     /// The normalized payload to record: the standard fields sent (without the
     /// `null` ones) and the custom fields under their `cf_` names; unknown
     /// attributes are left out, and legal-basis objects keep only `category`,
@@ -255,5 +270,85 @@ impl<'a> ConversionEvent<'a> {
             );
         }
         Value::Object(payload)
+    }
+}
+
+/// One member of a payload being written.
+enum Member<'e, 'a> {
+    /// A string field, standard or custom.
+    Text(&'e str),
+    /// `tags`, from the event's validated tags.
+    Tags(&'e ConversionEvent<'a>),
+    /// `available_for_mailing`.
+    Flag(bool),
+    /// `legal_bases`, each with `category`, `type` and, when sent, `status`.
+    LegalBases(&'e [LegalBasis]),
+}
+
+impl Serialize for Member<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Member::Text(text) => serializer.serialize_str(text),
+            Member::Tags(event) => serializer.collect_seq(event.tags()),
+            Member::Flag(flag) => serializer.serialize_bool(*flag),
+            Member::LegalBases(bases) => serializer.collect_seq(bases.iter().map(|basis| {
+                let mut members: SmallVec<[(&str, &str); 3]> = SmallVec::new();
+                // In the order a JSON object map sorts them.
+                members.push(("category", basis.category.as_str()));
+                if let Some(status) = basis.status {
+                    members.push(("status", status.as_str()));
+                }
+                members.push(("type", basis.kind.as_str()));
+                MapOf(members)
+            })),
+        }
+    }
+}
+
+/// A JSON object of string members, in the order given.
+struct MapOf<'e>(SmallVec<[(&'e str, &'e str); 3]>);
+
+impl Serialize for MapOf<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().copied())
+    }
+}
+
+/// The members of an event's payload, sorted by name as a
+/// [`serde_json::Map`] sorts them, so that [`ConversionEvent::to_payload`]
+/// writes the text [`ConversionEvent::to_payload_json`] serialises to.
+struct PayloadMembers<'e, 'a>(SmallVec<[(&'e str, Member<'e, 'a>); 24]>);
+
+impl<'e, 'a> PayloadMembers<'e, 'a> {
+    fn of(event: &'e ConversionEvent<'a>) -> Self {
+        let mut members: SmallVec<[(&str, Member<'_, '_>); 24]> = SmallVec::new();
+        for (index, value) in event.strings.iter().enumerate() {
+            if let (Some(value), Some(name)) = (value, FIELD_NAMES.get(index)) {
+                members.push((name, Member::Text(value)));
+            }
+        }
+        if event.tags.is_some() {
+            members.push((Field::Tags.name(), Member::Tags(event)));
+        }
+        if let Some(available) = event.available_for_mailing {
+            members.push((Field::AvailableForMailing.name(), Member::Flag(available)));
+        }
+        if event.legal_bases_present {
+            members.push((Field::LegalBases.name(), Member::LegalBases(&event.legal_bases)));
+        }
+        for (key, value) in &event.custom {
+            members.push((key, Member::Text(value)));
+        }
+        // Names are unique: a valid event names no member twice
+        // (`DUPLICATE_FIELD`), and custom names carry the `cf_` prefix that
+        // no standard name has.
+        members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        Self(members)
+    }
+}
+
+impl Serialize for PayloadMembers<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, member)| (name, member)))
     }
 }

@@ -93,7 +93,8 @@ pub(super) fn new_event(account: AccountId, n: usize) -> RecordedEvent {
             "email": format!("lead{n}@example.com"),
             "tags": ["a", "b"],
             "cf_plan": "gold",
-        }),
+        })
+        .into(),
         channel: IntakeChannel::Bearer {
             client_id: ClientId::new("cgid_suite"),
         },

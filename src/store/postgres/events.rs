@@ -4,16 +4,20 @@
 //! statement. With group commit (the default), concurrent `record` calls
 //! share transactions.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::Connection as _;
+use sqlx::Postgres;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool};
 use time::OffsetDateTime;
-use tokio::sync::mpsc;
+use tokio::sync::{Mutex, mpsc};
 use uuid::Uuid;
 
 use crate::store::sql::group_commit::{Job, RECORD, answer};
 use crate::store::sql::records::{channel_to_json, event_from, replay_or_reuse};
-use crate::store::sql::{self, backend, find_row, insert_failed};
+use crate::store::sql::{self, backend, find_row, insert_failed, lost_connection};
 use crate::{EventSink, EventSubmission, RecordOutcome, RecordedEvent, StoreError};
 
 use super::PgStore;
@@ -25,9 +29,10 @@ use super::columns::Columns;
 async fn record_in(
     conn: &mut PgConnection,
     submission: &EventSubmission,
+    existing: Existing,
 ) -> Result<RecordOutcome, StoreError> {
     if let Some(claim) = &submission.idempotency {
-        let event_uuids: Vec<Uuid> = submission.events.iter().map(|e| e.event_uuid).collect();
+        let event_uuids = own_uuids(submission);
         // Claim the key, or find who holds it. A concurrent claimant of the
         // same key, on any connection, waits here for our COMMIT or
         // ROLLBACK, then sees our claim. An expired claim is taken over.
@@ -67,18 +72,56 @@ async fn record_in(
             .fetch_one(&mut *conn)
             .await
             .map_err(backend(RECORD))?;
-            return replay_or_reuse(&Columns::new(row, RECORD), claim);
+            return match replay_or_reuse(&Columns::new(row, RECORD), claim)? {
+                // The claim lists this submission's own fresh uuids: it is
+                // this submission's first attempt, committed before its
+                // connection was lost.
+                RecordOutcome::Replayed { event_uuids, .. }
+                    if existing == Existing::Skip && event_uuids == own_uuids(submission) =>
+                {
+                    Ok(RecordOutcome::Recorded)
+                }
+                outcome => Ok(outcome),
+            };
         }
     }
-    insert_events(conn, &[submission]).await?;
+    insert_events(conn, &[submission], existing).await?;
     Ok(RecordOutcome::Recorded)
 }
 
+/// Whether a submission failed on its own data (a duplicate uuid, a value
+/// PostgreSQL refuses), so that its neighbours in a group may still be
+/// recorded; any other failure is the connection's or the database's.
+fn fails_on_data(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Duplicate { .. } | StoreError::Rejected { .. }
+    )
+}
+
+/// The uuids of a submission's events, in order.
+fn own_uuids(submission: &EventSubmission) -> Vec<Uuid> {
+    submission.events.iter().map(|e| e.event_uuid).collect()
+}
+
+/// What an insert does with an event whose uuid is already stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Existing {
+    /// Refuse the statement: a duplicate uuid is an error.
+    Refuse,
+    /// Skip the event: on a retry after a lost connection, the first
+    /// attempt may have committed it (the uuid is this submission's own,
+    /// freshly drawn, so the stored event is this one).
+    Skip,
+}
+
 /// Inserts the events of `submissions` (not their claims) as one statement:
-/// it stores every event or, on a duplicate uuid, none.
+/// it stores every event or, on a duplicate uuid, none (or, with
+/// [`Existing::Skip`], every event not already stored).
 async fn insert_events(
     conn: &mut PgConnection,
     submissions: &[&EventSubmission],
+    existing: Existing,
 ) -> Result<(), StoreError> {
     let count: usize = submissions.iter().map(|s| s.events.len()).sum();
     if count == 0 {
@@ -105,19 +148,28 @@ async fn insert_events(
             families.push(event.event_family.as_str());
             conversions.push(event.conversion_identifier.as_str());
             emails.push(event.email.as_str());
-            payloads.push(&event.payload);
+            payloads.push(sqlx::types::Json(event.payload.as_raw()));
             channels.push(channel_to_json(&event.channel)?);
             batches.push(submission.batch_uuid);
         }
     }
-    sqlx::query(
-        "INSERT INTO events
+    const INSERT: &str = "INSERT INTO events
              (event_uuid, account_id, received_at, event_type, event_family,
               conversion_identifier, email, payload, channel, batch_uuid)
          SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[],
                               $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
-                              $10::uuid[])",
-    )
+                              $10::uuid[])";
+    const INSERT_SKIPPING: &str = "INSERT INTO events
+             (event_uuid, account_id, received_at, event_type, event_family,
+              conversion_identifier, email, payload, channel, batch_uuid)
+         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[],
+                              $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
+                              $10::uuid[])
+         ON CONFLICT (event_uuid) DO NOTHING";
+    sqlx::query(match existing {
+        Existing::Refuse => INSERT,
+        Existing::Skip => INSERT_SKIPPING,
+    })
     .bind(uuids)
     .bind(accounts)
     .bind(received)
@@ -139,83 +191,189 @@ async fn record_alone(
     pool: &PgPool,
     submission: &EventSubmission,
 ) -> Result<RecordOutcome, StoreError> {
-    if submission.idempotency.is_none() {
-        // Without a claim the events are one statement, atomic and durable
-        // at its own implicit COMMIT: no BEGIN round trip needed.
-        let mut conn = pool.acquire().await.map_err(backend(RECORD))?;
-        insert_events(&mut conn, &[submission]).await?;
-        return Ok(RecordOutcome::Recorded);
-    }
-    let mut tx = pool.begin().await.map_err(backend(RECORD))?;
-    let outcome = record_in(&mut tx, submission).await?;
-    // Only a committed submission is acknowledged.
-    tx.commit().await.map_err(backend(RECORD))?;
-    Ok(outcome)
+    let mut conn = pool.acquire().await.map_err(backend(RECORD))?;
+    let outcomes = record_group(&mut conn, &[submission], Existing::Refuse).await?;
+    outcomes
+        .into_iter()
+        .next()
+        .unwrap_or(Ok(RecordOutcome::Recorded))
 }
 
-/// The group-commit writer: takes whatever `record` calls have queued (up
-/// to `max`), records them in one transaction, and answers each after the
-/// COMMIT.
-pub(super) async fn group_writer(pool: PgPool, mut queue: mpsc::Receiver<Job>, max: usize) {
-    let mut jobs = Vec::with_capacity(max);
-    while queue.recv_many(&mut jobs, max).await > 0 {
-        let outcomes = match jobs.as_slice() {
-            // Alone, a submission needs no savepoint.
-            [job] => vec![record_alone(&pool, &job.submission).await],
-            _ => record_group(&pool, &jobs)
-                .await
-                .unwrap_or_else(|error| vec![Err(error); jobs.len()]),
-        };
-        answer(&mut jobs, outcomes);
-    }
-}
-
-/// Records a group of jobs in one transaction. `Ok` holds each job's own
-/// outcome, all committed; `Err` means the transaction failed and nothing
-/// was recorded.
-async fn record_group(
+/// Starts `writers` group-commit writers (at most half the pool's
+/// connections) on `pool`, sharing the queue
+/// `jobs`: while one commits its group, the next gathers what has queued
+/// since, so that groups are written side by side and PostgreSQL flushes
+/// their commits together.
+pub(super) fn spawn_group_writers(
     pool: &PgPool,
-    jobs: &[Job],
-) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
-    let mut tx = pool.begin().await.map_err(backend(RECORD))?;
+    jobs: mpsc::Receiver<Job>,
+    max: usize,
+    writers: usize,
+) {
+    let jobs = Arc::new(Mutex::new(jobs));
+    // At most half the pool, so that a small pool always has connections
+    // for tokens and reads while every writer is busy.
+    let half_the_pool = usize::try_from(pool.options().get_max_connections() / 2).unwrap_or(1);
+    for _ in 0..writers.min(half_the_pool).max(1) {
+        // Each writer ends when the last clone of the store (the last
+        // sender) is dropped, after answering what was queued.
+        tokio::spawn(group_writer(pool.clone(), Arc::clone(&jobs), max));
+    }
+}
 
-    // The common case first: submissions without an idempotency key, all in
-    // one statement. Should it fail (one duplicate uuid fails it), it is
-    // rolled back and they go one by one below.
-    let plain: Vec<&EventSubmission> = jobs
+/// One group-commit writer: takes whatever `record` calls have queued (up
+/// to `max`), records them, and answers each after the COMMIT. While
+/// groups keep coming it keeps its connection, so a group costs no pool
+/// checkout (and no liveness ping); before it waits, the connection goes
+/// back to the pool. A group whose connection was lost is retried once on
+/// a fresh one.
+async fn group_writer(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize) {
+    let mut taken = Vec::with_capacity(max);
+    let mut connection: Option<PoolConnection<Postgres>> = None;
+    loop {
+        // The lock is held while waiting, so one writer at a time gathers
+        // a group; the others are writing theirs. A writer about to wait
+        // (for the queue, or for another writer gathering) gives its
+        // connection back to the pool first, so that an idle store holds
+        // none and `close` can take them all; under a steady flood the
+        // queue is never empty and the connection is kept.
+        let mut queue = match jobs.try_lock() {
+            Ok(queue) if !queue.is_empty() => queue,
+            Ok(queue) => {
+                connection = None;
+                queue
+            }
+            Err(_) => {
+                connection = None;
+                jobs.lock().await
+            }
+        };
+        if queue.recv_many(&mut taken, max).await == 0 {
+            break;
+        }
+        drop(queue);
+        let submissions: Vec<&EventSubmission> = taken.iter().map(|job| &job.submission).collect();
+        let mut outcomes = record_on(&pool, &mut connection, &submissions, Existing::Refuse).await;
+        if outcomes.as_ref().is_err_and(lost_connection) {
+            // Safe to run again: the events' uuids are this group's own
+            // (an event stored by the first attempt is skipped), and a
+            // claim stored by it lists exactly those uuids.
+            outcomes = record_on(&pool, &mut connection, &submissions, Existing::Skip).await;
+        }
+        drop(submissions);
+        let outcomes = outcomes.unwrap_or_else(|error| vec![Err(error); taken.len()]);
+        answer(&mut taken, outcomes);
+    }
+}
+
+/// Records `submissions` on the writer's connection, opening one if it has
+/// none; a connection that failed is closed, not reused.
+async fn record_on(
+    pool: &PgPool,
+    connection: &mut Option<PoolConnection<Postgres>>,
+    submissions: &[&EventSubmission],
+    existing: Existing,
+) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
+    let conn = match connection {
+        Some(conn) => conn,
+        None => connection.insert(pool.acquire().await.map_err(backend(RECORD))?),
+    };
+    let outcomes = record_group(conn, submissions, existing).await;
+    if outcomes.as_ref().is_err_and(lost_connection) {
+        if let Some(mut broken) = connection.take() {
+            broken.close_on_drop();
+        }
+    }
+    outcomes
+}
+
+/// Records a group of submissions on `conn`. `Ok` holds each submission's
+/// own outcome, all committed; `Err` means nothing was recorded (or, for a
+/// lost connection, that it is unknown whether the COMMIT happened).
+///
+/// Submissions without an idempotency key (the common case) go in as one
+/// `INSERT`, which is its own transaction when they are all there is.
+/// Should it fail on the data (a value PostgreSQL refuses), they go one by
+/// one, so that a bad submission fails alone. Submissions with a key each
+/// claim it in a savepoint of their own, in one transaction with the rest.
+async fn record_group(
+    conn: &mut PgConnection,
+    submissions: &[&EventSubmission],
+    existing: Existing,
+) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
+    let plain: Vec<&EventSubmission> = submissions
         .iter()
-        .map(|job| &job.submission)
+        .copied()
         .filter(|submission| submission.idempotency.is_none())
         .collect();
-    let mut plain_recorded = false;
-    if plain.len() > 1 {
-        let mut savepoint = tx.begin().await.map_err(backend(RECORD))?;
-        plain_recorded = insert_events(&mut savepoint, &plain).await.is_ok();
-        if plain_recorded {
-            savepoint.commit().await
-        } else {
-            savepoint.rollback().await
-        }
-        .map_err(backend(RECORD))?;
+    if plain.len() == submissions.len() {
+        // One statement, atomic and durable at its own implicit COMMIT: no
+        // BEGIN round trip needed.
+        return match insert_events(conn, &plain, existing).await {
+            Ok(()) => Ok(vec![Ok(RecordOutcome::Recorded); plain.len()]),
+            Err(error) if plain.len() > 1 && fails_on_data(&error) => {
+                let mut outcomes = Vec::with_capacity(plain.len());
+                for submission in plain {
+                    let outcome = insert_events(conn, &[submission], existing).await;
+                    if let Err(error) = &outcome
+                        && !fails_on_data(error)
+                    {
+                        return Err(error.clone());
+                    }
+                    outcomes.push(outcome.map(|()| RecordOutcome::Recorded));
+                }
+                Ok(outcomes)
+            }
+            Err(error) => Err(error),
+        };
     }
 
-    let mut outcomes = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        if plain_recorded && job.submission.idempotency.is_none() {
+    let mut tx = conn.begin().await.map_err(backend(RECORD))?;
+    // The plain submissions first, in one statement. Should it fail on the
+    // data, it is rolled back and they go one by one below.
+    let mut plain_recorded = false;
+    if !plain.is_empty() {
+        let mut savepoint = tx.begin().await.map_err(backend(RECORD))?;
+        match insert_events(&mut savepoint, &plain, existing).await {
+            Ok(()) => {
+                savepoint.commit().await.map_err(backend(RECORD))?;
+                plain_recorded = true;
+            }
+            Err(error) if fails_on_data(&error) => {
+                savepoint.rollback().await.map_err(backend(RECORD))?;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    let alone = submissions.len() == 1;
+    let mut outcomes = Vec::with_capacity(submissions.len());
+    for submission in submissions {
+        if plain_recorded && submission.idempotency.is_none() {
             outcomes.push(Ok(RecordOutcome::Recorded));
+            continue;
+        }
+        if alone {
+            // Alone, a submission needs no savepoint: its failure is the
+            // transaction's.
+            let outcome = record_in(&mut tx, submission, existing).await?;
+            outcomes.push(Ok(outcome));
             continue;
         }
         // A failing submission rolls back to its savepoint: its neighbours'
         // work stands.
         let mut savepoint = tx.begin().await.map_err(backend(RECORD))?;
-        let outcome = record_in(&mut savepoint, &job.submission).await;
-        match outcome {
-            Ok(_) => savepoint.commit().await,
-            Err(_) => savepoint.rollback().await,
+        let outcome = record_in(&mut savepoint, submission, existing).await;
+        match &outcome {
+            Ok(_) => savepoint.commit().await.map_err(backend(RECORD))?,
+            Err(error) if fails_on_data(error) => {
+                savepoint.rollback().await.map_err(backend(RECORD))?;
+            }
+            // The connection or the database failed: so does the group.
+            Err(error) => return Err(error.clone()),
         }
-        .map_err(backend(RECORD))?;
         outcomes.push(outcome);
     }
+    // Only a committed submission is acknowledged.
     tx.commit().await.map_err(backend(RECORD))?;
     Ok(outcomes)
 }

@@ -54,7 +54,7 @@ use crate::StoreError;
 use crate::store::sql::group_commit::GroupQueue;
 use crate::store::sql::{Migration, backend};
 
-use self::events::group_writer;
+use self::events::spawn_group_writers;
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
 const MIGRATIONS: &[Migration] = &[
@@ -83,20 +83,31 @@ const MIGRATION_LOCK: i64 = 0x6367_2d6d_6967_7261;
 #[derive(Clone, Debug)]
 pub struct PgStoreOptions {
     /// Whether concurrent [`EventSink::record`] calls share transactions
-    /// (group commit): a background task takes whatever calls have queued
-    /// and stores them in one transaction, and answers each only after that
+    /// (group commit): background writers take whatever calls have queued
+    /// and store them in one transaction, and answer each only after that
     /// COMMIT. Submissions without an idempotency key go in as one
-    /// statement; if it fails, they are retried one by one, each in a
-    /// savepoint of its own like every submission with a key, so one
-    /// failing submission does not fail the others. Under many concurrent
-    /// writers this replaces one disk flush per event by one per group.
-    /// With `false`, each call is one transaction of its own. Default:
-    /// `true`.
+    /// statement (its own transaction when they are all the group holds);
+    /// if it fails on the data, they go one by one, so one failing
+    /// submission does not fail the others; each submission with a key
+    /// claims it in a savepoint of its own. A group whose connection was
+    /// lost (a backend terminated, a broken socket) is retried once on a
+    /// fresh connection: its events' uuids are its own, so an event the
+    /// first attempt committed is skipped, not stored twice. Under many
+    /// concurrent writers this replaces a disk flush and a few round trips
+    /// per event by one per group. With `false`, each call is one
+    /// transaction of its own. Default: `true`.
     ///
     /// [`EventSink::record`]: crate::EventSink::record
     pub group_commit: bool,
     /// The most submissions one group transaction takes. Default: 256.
     pub max_group_size: usize,
+    /// How many groups may be written at once, each by a writer that holds
+    /// a connection of the pool while groups keep coming. While one group
+    /// commits, the next gathers what queued meanwhile and is written
+    /// beside it; PostgreSQL then flushes their commits together. Never
+    /// more than half the pool's connections, so the rest always serve
+    /// tokens and reads. Default: 4.
+    pub group_writers: usize,
     /// The size of the pool [`PgStore::connect_with`] opens (not used by
     /// [`PgStore::from_pool_with`], whose pool is already made). Default: 16.
     pub max_connections: u32,
@@ -112,6 +123,7 @@ impl Default for PgStoreOptions {
         Self {
             group_commit: true,
             max_group_size: 256,
+            group_writers: 4,
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
         }
@@ -193,7 +205,7 @@ impl PgStore {
     }
 
     /// As [`PgStore::from_pool`], with `options` (of which only
-    /// `group_commit` and `max_group_size` apply).
+    /// `group_commit`, `max_group_size` and `group_writers` apply).
     ///
     /// # Errors
     /// [`StoreError::Backend`] if the migrations fail.
@@ -202,9 +214,7 @@ impl PgStore {
         let group = options.group_commit.then(|| {
             let max = options.max_group_size.max(1);
             let (queue, jobs) = GroupQueue::new(max.saturating_mul(4));
-            // The writer ends when the last clone of the store (the last
-            // sender) is dropped, after answering what was queued.
-            tokio::spawn(group_writer(pool.clone(), jobs, max));
+            spawn_group_writers(&pool, jobs, max, options.group_writers);
             queue
         });
         Ok(Self { pool, group })

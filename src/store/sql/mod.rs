@@ -51,6 +51,26 @@ pub(crate) fn insert_failed(
     }
 }
 
+/// Whether a store operation failed because its connection was lost (the
+/// server closed it, a backend was terminated, the socket broke): the same
+/// operation may then succeed on a fresh connection. A pool that could not
+/// give a connection in time is not one: the database is down or busy, and
+/// a retry would only make the caller wait longer for its 503.
+pub(crate) fn lost_connection(error: &StoreError) -> bool {
+    let StoreError::Backend { source, .. } = error else {
+        return false;
+    };
+    match source.downcast_ref::<sqlx::Error>() {
+        Some(sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) => true,
+        // SQLSTATE class 08: connection exception; 57P01 to 57P03: the
+        // server is shutting down or terminated this backend.
+        Some(sqlx::Error::Database(db)) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
 /// Whether the database refused a statement because of the values in it,
 /// so that running it again cannot succeed: PostgreSQL's SQLSTATE class 22
 /// (data exception: a U+0000 in text or JSONB, a value out of range) and

@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::store::sql::malformed;
+use crate::intake::event::EventPayload;
 use crate::{
     AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeLookup,
     CodeRecord, CodeTake, Grant, GrantId, IdempotencyClaim, IntakeChannel, PkceChallenge,
@@ -270,7 +271,7 @@ pub(crate) fn event_from(c: &impl RecordColumns) -> Result<RecordedEvent, StoreE
         event_family: c.text("event_family")?,
         conversion_identifier: c.text("conversion_identifier")?,
         email: c.text("email")?,
-        payload: c.json("payload")?,
+        payload: EventPayload::from(c.json("payload")?),
         channel: channel_from_json(c.json("channel")?, c.action())?,
     })
 }

@@ -121,7 +121,7 @@ async fn insert_events(
                 .bind(event.event_family.as_str())
                 .bind(event.conversion_identifier.as_str())
                 .bind(event.email.as_str())
-                .bind(json_text(&event.payload)?)
+                .bind(event.payload.as_str())
                 .bind(json_text(&channel_to_json(&event.channel)?)?)
                 .bind(batch_uuid.map(uuid_text));
         }
