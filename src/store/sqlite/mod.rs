@@ -133,8 +133,12 @@ impl SqliteStore {
             // not only a restart of the process.
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT);
+        // No liveness ping before each use (sqlx's default): an SQLite
+        // connection is a file in this process, not a socket that can die,
+        // and the ping is one more trip to the database's thread per call.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.clone())
             .await
@@ -142,6 +146,7 @@ impl SqliteStore {
         migrate(&writer).await?;
         let reader = SqlitePoolOptions::new()
             .max_connections(READERS)
+            .test_before_acquire(false)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await
