@@ -137,7 +137,10 @@ async fn run(options: Options) {
         targets.push(Target {
             name,
             address,
-            query: format!("api_key={}", credentials["api_key"].as_str().expect("api_key")),
+            query: format!(
+                "api_key={}",
+                credentials["api_key"].as_str().expect("api_key")
+            ),
             process,
             refresher: Some(refresher),
         });
@@ -425,7 +428,10 @@ impl Refresher {
         assert_eq!(reply.status(), 200, "a token answer");
         let tokens: Value =
             serde_json::from_slice(&reply.bytes().await.expect("tokens")).expect("JSON tokens");
-        tokens["refresh_token"].as_str().expect("a refresh token").to_owned()
+        tokens["refresh_token"]
+            .as_str()
+            .expect("a refresh token")
+            .to_owned()
     }
 
     /// Refreshes every 20 ms until `deadline`: itself and each refresh's latency.
@@ -459,8 +465,15 @@ fn cookie(reply: &reqwest::Response, name: &str) -> String {
 /// The value of the hidden form field `name` in `html`.
 fn hidden(html: &str, name: &str) -> String {
     let marker = format!(r#"name="{name}" value=""#);
-    let start = html.find(&marker).unwrap_or_else(|| panic!("no field {name}")) + marker.len();
-    html[start..].split('"').next().unwrap_or_default().to_owned()
+    let start = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no field {name}"))
+        + marker.len();
+    html[start..]
+        .split('"')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The example server's release binary, built (or found fresh) by cargo.

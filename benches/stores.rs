@@ -53,7 +53,8 @@ fn event(account: AccountId, n: u64) -> EventSubmission {
                 "tags": ["newsletter", "spring"],
                 "traffic_source": "google",
                 "cf_plan": "gold",
-            }),
+            })
+            .into(),
             channel: IntakeChannel::ApiKey,
         }],
         batch_uuid: None,

@@ -166,8 +166,8 @@ mod intake;
 pub use intake::api_key::{ApiKeyError, ApiKeyId, ApiKeyRecord};
 pub use intake::endpoint::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
 pub use intake::event::{
-    EventPayload, EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
-    RecordedEvent,
+    EventPayload, EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel,
+    RecordOutcome, RecordedEvent,
 };
 pub use intake::validator::errors::{
     DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,

@@ -105,7 +105,11 @@ mod tests {
         assert!(first < later, "{first} then {later}");
         let (seconds, nanos) = first.get_timestamp().expect("a v7 timestamp").to_unix();
         assert_eq!((seconds, nanos), (at.unix_timestamp() as u64, 1_000_000));
-        assert_ne!(first, time_ordered_uuid(at, &random), "random below the millisecond");
+        assert_ne!(
+            first,
+            time_ordered_uuid(at, &random),
+            "random below the millisecond"
+        );
     }
 
     #[test]

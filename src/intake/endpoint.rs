@@ -13,10 +13,9 @@ use crate::intake::api_key_cache::KeyOwner;
 use crate::random::time_ordered_uuid;
 use crate::request::{MediaType, Params, media_type};
 use crate::{
-    Account, AnswerContext, ApiKey, BearerError, ConversionEvent, EventSubmission,
-    Gateway, HttpAnswer, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
-    RecordedEvent, RequestParts, StoreError, ToHttpAnswer, ValidationErrors, validate_batch,
-    validate_conversion,
+    Account, AnswerContext, ApiKey, BearerError, ConversionEvent, EventSubmission, Gateway,
+    HttpAnswer, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome, RecordedEvent,
+    RequestParts, StoreError, ToHttpAnswer, ValidationErrors, validate_batch, validate_conversion,
 };
 
 /// The longest `Idempotency-Key` accepted, in bytes.

@@ -106,7 +106,10 @@ async fn a_valid_conversion_is_recorded_under_its_event_uuid() {
     assert_eq!(stored.email, "lead@example.com");
     assert_eq!(stored.conversion_identifier, "newsletter-signup");
     assert_eq!(stored.payload.to_value()["cf_plan"], "gold");
-    assert_eq!(stored.payload.to_value()["tags"], json!(["lead", "webinar"]));
+    assert_eq!(
+        stored.payload.to_value()["tags"],
+        json!(["lead", "webinar"])
+    );
     assert_eq!(stored.channel, conversion_gateway::IntakeChannel::ApiKey);
 }
 

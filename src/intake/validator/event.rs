@@ -334,7 +334,10 @@ impl<'e, 'a> PayloadMembers<'e, 'a> {
             members.push((Field::AvailableForMailing.name(), Member::Flag(available)));
         }
         if event.legal_bases_present {
-            members.push((Field::LegalBases.name(), Member::LegalBases(&event.legal_bases)));
+            members.push((
+                Field::LegalBases.name(),
+                Member::LegalBases(&event.legal_bases),
+            ));
         }
         for (key, value) in &event.custom {
             members.push((key, Member::Text(value)));

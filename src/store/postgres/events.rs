@@ -279,10 +279,10 @@ async fn record_on(
         None => connection.insert(pool.acquire().await.map_err(backend(RECORD))?),
     };
     let outcomes = record_group(conn, submissions, existing).await;
-    if outcomes.as_ref().is_err_and(lost_connection) {
-        if let Some(mut broken) = connection.take() {
-            broken.close_on_drop();
-        }
+    if outcomes.as_ref().is_err_and(lost_connection)
+        && let Some(mut broken) = connection.take()
+    {
+        broken.close_on_drop();
     }
     outcomes
 }

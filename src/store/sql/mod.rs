@@ -64,9 +64,9 @@ pub(crate) fn lost_connection(error: &StoreError) -> bool {
         Some(sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) => true,
         // SQLSTATE class 08: connection exception; 57P01 to 57P03: the
         // server is shutting down or terminated this backend.
-        Some(sqlx::Error::Database(db)) => db
-            .code()
-            .is_some_and(|code| code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")),
+        Some(sqlx::Error::Database(db)) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+        }),
         _ => false,
     }
 }

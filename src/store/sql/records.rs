@@ -10,8 +10,8 @@
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::store::sql::malformed;
 use crate::intake::event::EventPayload;
+use crate::store::sql::malformed;
 use crate::{
     AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeLookup,
     CodeRecord, CodeTake, Grant, GrantId, IdempotencyClaim, IntakeChannel, PkceChallenge,

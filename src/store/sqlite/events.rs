@@ -95,7 +95,10 @@ async fn insert_events(
         .iter()
         .flat_map(|submission| {
             let batch_uuid = submission.batch_uuid;
-            submission.events.iter().map(move |event| (event, batch_uuid))
+            submission
+                .events
+                .iter()
+                .map(move |event| (event, batch_uuid))
         })
         .collect::<Vec<_>>();
     for chunk in rows.chunks(EVENTS_PER_STATEMENT) {
@@ -165,9 +168,7 @@ pub(super) async fn group_writer(pool: SqlitePool, mut queue: mpsc::Receiver<Job
         let outcomes = match (jobs.as_slice(), plain_events) {
             // The common case under load: only plain submissions, few
             // enough for one statement, which is its own transaction.
-            (_, Some(events)) if events <= EVENTS_PER_STATEMENT => {
-                record_plain(&pool, &jobs).await
-            }
+            (_, Some(events)) if events <= EVENTS_PER_STATEMENT => record_plain(&pool, &jobs).await,
             // Alone, a submission needs no savepoint.
             ([job], _) => vec![record_alone(&pool, &job.submission).await],
             _ => record_group(&pool, &jobs)
