@@ -7,8 +7,8 @@
 //! non-blank identifier, bounds, lowercase unique tags, consent with a status,
 //! only the account's custom fields, nothing dropped under `Reject`, no C0
 //! control but tab, line feed and carriage return); its `to_payload_json()` must
-//! re-serialise unchanged and, sent again as an event, be accepted and
-//! normalize to itself. A refusal must be well formed (413 exactly when the
+//! re-serialise unchanged, be exactly the text `to_payload()` writes for the
+//! stores, and, sent again as an event, be accepted and normalize to itself. A refusal must be well formed (413 exactly when the
 //! body is over the bound, `BAD_REQUEST` alone at `$`, lowercase messages).
 //! Validated as the only event of a batch, the body must give the same event,
 //! or the same errors under `$[0]`.

@@ -261,6 +261,9 @@ pub fn check_event(event: &ConversionEvent<'_>, config: &Config) {
     let Value::Object(members) = &payload else {
         panic!("{name}: payload is not an object: {payload}");
     };
+    // What the stores record is that value's text, written without it.
+    let text = serde_json::to_string(&payload).expect("a Value serialises");
+    assert_eq!(event.to_payload().as_str(), text, "{name}: recorded text");
     for key in members.keys() {
         let known = STRING_FIELDS.contains(&key.as_str())
             || OTHER_FIELDS.contains(&key.as_str())
