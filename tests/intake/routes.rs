@@ -159,6 +159,70 @@ async fn missing_unknown_and_switched_off_api_keys_are_unauthorized() {
     );
 }
 
+/// `GatewayConfig::api_key_cache_ttl`: a key switched off by another
+/// instance (here: in the store directly) is still trusted until its cache
+/// entry expires, and refused from then on; switched off through the
+/// gateway, it is refused at once.
+#[tokio::test]
+async fn a_key_switched_off_elsewhere_is_refused_once_its_cache_entry_expires() {
+    let t = Intake::new().await;
+    let ttl = t.f.gateway.config().api_key_cache_ttl;
+    assert_eq!(ttl, time::Duration::seconds(10), "the documented default");
+    let event = conversion_body("lead@example.com");
+    assert_eq!(t.send(&event).await.status, 200, "the key is now cached");
+    let keys =
+        t.f.stores
+            .api_keys
+            .list_api_keys(t.f.account.id)
+            .await
+            .unwrap();
+    t.f.stores
+        .api_keys
+        .set_api_key_active(keys[0].id, false)
+        .await
+        .unwrap();
+    t.f.clock.advance(ttl - time::Duration::milliseconds(1));
+    assert_eq!(t.send(&event).await.status, 200, "within the time to live");
+    t.f.clock.advance(time::Duration::milliseconds(1));
+    assert_error(&t.send(&event).await, 401, "UNAUTHORIZED");
+
+    // Switched on again: usable at once (a refused key is never cached).
+    t.f.stores
+        .api_keys
+        .set_api_key_active(keys[0].id, true)
+        .await
+        .unwrap();
+    assert_eq!(t.send(&event).await.status, 200);
+    // Switched off through this gateway: refused at once, cached or not.
+    t.f.gateway
+        .set_api_key_active(keys[0].id, false)
+        .await
+        .unwrap();
+    assert_error(&t.send(&event).await, 401, "UNAUTHORIZED");
+}
+
+#[tokio::test]
+async fn a_zero_api_key_cache_ttl_asks_the_store_every_time() {
+    let f = Fixture::with_config(|config| config.api_key_cache_ttl = time::Duration::ZERO).await;
+    let (record, key) = f
+        .gateway
+        .issue_api_key(f.account.id, "website")
+        .await
+        .unwrap();
+    let t = Intake {
+        f,
+        api_key: key.expose().to_owned(),
+    };
+    let event = conversion_body("lead@example.com");
+    assert_eq!(t.send(&event).await.status, 200);
+    t.f.stores
+        .api_keys
+        .set_api_key_active(record.id, false)
+        .await
+        .unwrap();
+    assert_error(&t.send(&event).await, 401, "UNAUTHORIZED");
+}
+
 #[tokio::test]
 async fn an_account_holds_at_most_five_api_keys() {
     let t = Intake::new().await;
