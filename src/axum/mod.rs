@@ -33,6 +33,7 @@
 //! guards a route with an access token.
 
 mod bearer;
+mod cors;
 mod extract;
 mod respond;
 mod router;

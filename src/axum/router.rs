@@ -1,19 +1,18 @@
 //! Every JSON route of the service as one axum router.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ::axum::Router;
 use ::axum::extract::State;
 use ::axum::middleware;
+use ::axum::response::{IntoResponse as _, Response};
 use ::axum::routing::post;
-use http::{HeaderName, Method, StatusCode, header};
+use http::StatusCode;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::cors::{Any, CorsLayer};
 use tower_http::timeout::TimeoutLayer;
 
-use crate::axum::{EventRequest, OAuthRequest, json_errors};
+use crate::axum::{EventRequest, OAuthRequest, cors, json_errors};
 use crate::{Gateway, HttpAnswer, ToHttpAnswer};
 
 /// The largest body of the token and revocation endpoints: a few short
@@ -30,24 +29,13 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// it (`host_routes.merge(router(gateway))`). A failure the client is told
 /// only "503" about is logged (`tracing`, level error) with its causes.
 pub fn router<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router<S> {
-    // Website forms post conversions from any origin, so this route (and
-    // only it) answers CORS. No cookie is involved: the API key is in the
-    // query string, so `*` is safe.
-    let cors = CorsLayer::new()
-        .allow_origin(Any)
-        .allow_methods([Method::POST])
-        .allow_headers([
-            header::CONTENT_TYPE,
-            HeaderName::from_static("idempotency-key"),
-        ])
-        .expose_headers([HeaderName::from_static("idempotent-replayed")])
-        .max_age(Duration::from_secs(86_400));
     Router::new()
         .route("/auth/token", post(token))
         .route("/auth/revoke", post(revoke))
+        // The one route browsers call: it answers CORS (see `cors`).
         .route(
             "/platform/conversions",
-            post(conversion).layer::<_, Infallible>(cors),
+            post(conversion).options(cors::preflight),
         )
         .route("/platform/events", post(event))
         .route("/platform/events/batch", post(batch))
@@ -78,8 +66,13 @@ async fn revoke(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
     settle(&gateway, gateway.revoke(&request.parts()).await)
 }
 
-async fn conversion(State(gateway): Shared, request: EventRequest) -> HttpAnswer {
-    settle(&gateway, gateway.record_conversion(&request.parts()).await)
+async fn conversion(State(gateway): Shared, request: Result<EventRequest, HttpAnswer>) -> Response {
+    // A refused body (413) carries the CORS headers too.
+    let answer = match request {
+        Ok(request) => settle(&gateway, gateway.record_conversion(&request.parts()).await),
+        Err(refusal) => refusal,
+    };
+    cors::allow(answer.into_response())
 }
 
 async fn event(State(gateway): Shared, request: EventRequest) -> HttpAnswer {
