@@ -159,12 +159,15 @@ async fn record_alone(
 pub(super) async fn group_writer(pool: SqlitePool, mut queue: mpsc::Receiver<Job>, max: usize) {
     let mut jobs = Vec::with_capacity(max);
     while queue.recv_many(&mut jobs, max).await > 0 {
-        let plain_events = jobs
-            .iter()
-            .map(|job| &job.submission)
-            .filter(|submission| submission.idempotency.is_none())
-            .map(|submission| submission.events.len())
-            .try_fold(0, |sum, events| Some(sum + events));
+        // How many events the group holds, if no submission of it has an
+        // idempotency key.
+        let plain_events = jobs.iter().try_fold(0, |sum, job| {
+            let submission = &job.submission;
+            submission
+                .idempotency
+                .is_none()
+                .then(|| sum + submission.events.len())
+        });
         let outcomes = match (jobs.as_slice(), plain_events) {
             // The common case under load: only plain submissions, few
             // enough for one statement, which is its own transaction.
