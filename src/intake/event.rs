@@ -128,9 +128,12 @@ impl Serialize for EventPayload {
     }
 }
 
+/// Through a [`serde_json::Value`], so that any deserializer will do
+/// (`serde_json::from_value` included, which a raw JSON text cannot be
+/// read from): reading back is not on the intake path.
 impl<'de> Deserialize<'de> for EventPayload {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Box::<RawValue>::deserialize(deserializer).map(Self::from_raw)
+        serde_json::Value::deserialize(deserializer).map(Self::from)
     }
 }
 
@@ -209,4 +212,31 @@ pub enum RecordOutcome {
     /// The key was already claimed by a request with another fingerprint:
     /// nothing was recorded.
     KeyReused,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_is_equal_whatever_its_member_order_and_survives_any_serde_round_trip() {
+        let sorted = EventPayload::from(serde_json::json!({"a": 1, "b": [true]}));
+        assert_eq!(sorted.as_str(), r#"{"a":1,"b":[true]}"#);
+        let reordered = EventPayload::from_json_text(r#"{"b": [true], "a": 1}"#.into()).unwrap();
+        assert_eq!(sorted, reordered);
+        assert_ne!(
+            sorted,
+            EventPayload::from(serde_json::json!({"a": 2, "b": [true]}))
+        );
+        assert!(EventPayload::from_json_text("{not json".into()).is_err());
+
+        let as_value = serde_json::to_value(&sorted).unwrap();
+        assert_eq!(as_value, serde_json::json!({"a": 1, "b": [true]}));
+        let from_value: EventPayload = serde_json::from_value(as_value).unwrap();
+        let from_text: EventPayload =
+            serde_json::from_str(&serde_json::to_string(&sorted).unwrap()).unwrap();
+        assert_eq!(from_value.as_str(), sorted.as_str());
+        assert_eq!(from_text.as_str(), sorted.as_str());
+        assert_eq!(format!("{sorted:?}"), sorted.as_str());
+    }
 }
