@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::post;
+use conversion_gateway_testkit::hidden;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -459,20 +460,6 @@ fn cookie(reply: &reqwest::Response, name: &str) -> String {
         .find_map(|value| value.strip_prefix(&prefix))
         .and_then(|rest| rest.split(';').next())
         .unwrap_or_else(|| panic!("no {name} cookie"))
-        .to_owned()
-}
-
-/// The value of the hidden form field `name` in `html`.
-fn hidden(html: &str, name: &str) -> String {
-    let marker = format!(r#"name="{name}" value=""#);
-    let start = html
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no field {name}"))
-        + marker.len();
-    html[start..]
-        .split('"')
-        .next()
-        .unwrap_or_default()
         .to_owned()
 }
 

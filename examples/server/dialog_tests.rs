@@ -57,17 +57,7 @@ impl Reply {
     }
 
     fn hidden(&self, name: &str) -> String {
-        let html = self.text();
-        let marker = format!(r#"name="{name}" value=""#);
-        let start = html
-            .find(&marker)
-            .unwrap_or_else(|| panic!("no field {name} in {html}"))
-            + marker.len();
-        html[start..]
-            .split('"')
-            .next()
-            .unwrap_or_default()
-            .to_owned()
+        conversion_gateway_testkit::hidden(&self.text(), name)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use conversion_gateway::{ApiKeyError, HttpAnswer, RequestParts, Stores};
+use conversion_gateway::{ApiKeyError, ApiKeyId, HttpAnswer, RequestParts, Stores};
 use conversion_gateway_testkit::*;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -29,6 +29,18 @@ impl Intake {
             f,
             api_key: key.expose().to_owned(),
         }
+    }
+
+    /// The id of the account's first API key (the one `api_key` holds).
+    async fn key_id(&self) -> ApiKeyId {
+        let keys = self
+            .f
+            .stores
+            .api_keys
+            .list_api_keys(self.f.account.id)
+            .await
+            .unwrap();
+        keys[0].id
     }
 
     async fn conversion(
@@ -131,16 +143,8 @@ async fn missing_unknown_and_switched_off_api_keys_are_unauthorized() {
             .await;
         assert_error(&answer, 401, "UNAUTHORIZED");
     }
-    let keys =
-        t.f.stores
-            .api_keys
-            .list_api_keys(t.f.account.id)
-            .await
-            .unwrap();
-    t.f.gateway
-        .set_api_key_active(keys[0].id, false)
-        .await
-        .unwrap();
+    let key_id = t.key_id().await;
+    t.f.gateway.set_api_key_active(key_id, false).await.unwrap();
     let answer = t.send(&conversion_body("lead@example.com")).await;
     assert_error(&answer, 401, "UNAUTHORIZED");
     assert!(
@@ -149,10 +153,7 @@ async fn missing_unknown_and_switched_off_api_keys_are_unauthorized() {
             .contains(&t.api_key),
         "never echoed"
     );
-    t.f.gateway
-        .set_api_key_active(keys[0].id, true)
-        .await
-        .unwrap();
+    t.f.gateway.set_api_key_active(key_id, true).await.unwrap();
     assert_eq!(
         t.send(&conversion_body("lead@example.com")).await.status,
         200
@@ -170,15 +171,10 @@ async fn a_key_switched_off_elsewhere_is_refused_once_its_cache_entry_expires() 
     assert_eq!(ttl, time::Duration::seconds(10), "the documented default");
     let event = conversion_body("lead@example.com");
     assert_eq!(t.send(&event).await.status, 200, "the key is now cached");
-    let keys =
-        t.f.stores
-            .api_keys
-            .list_api_keys(t.f.account.id)
-            .await
-            .unwrap();
+    let key_id = t.key_id().await;
     t.f.stores
         .api_keys
-        .set_api_key_active(keys[0].id, false)
+        .set_api_key_active(key_id, false)
         .await
         .unwrap();
     t.f.clock.advance(ttl - time::Duration::milliseconds(1));
@@ -189,15 +185,12 @@ async fn a_key_switched_off_elsewhere_is_refused_once_its_cache_entry_expires() 
     // Switched on again: usable at once (a refused key is never cached).
     t.f.stores
         .api_keys
-        .set_api_key_active(keys[0].id, true)
+        .set_api_key_active(key_id, true)
         .await
         .unwrap();
     assert_eq!(t.send(&event).await.status, 200);
     // Switched off through this gateway: refused at once, cached or not.
-    t.f.gateway
-        .set_api_key_active(keys[0].id, false)
-        .await
-        .unwrap();
+    t.f.gateway.set_api_key_active(key_id, false).await.unwrap();
     assert_error(&t.send(&event).await, 401, "UNAUTHORIZED");
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use conversion_gateway_testkit::TempDir;
+pub use conversion_gateway_testkit::hidden;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -488,21 +489,6 @@ impl Reply {
         assert!(errors[0]["error_message"].is_string(), "{body}");
         errors[0].clone()
     }
-}
-
-/// The value of hidden input `name` in a page.
-#[track_caller]
-pub fn hidden(html: &str, name: &str) -> String {
-    let marker = format!(r#"name="{name}" value=""#);
-    let start = html
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no field {name} in {html}"))
-        + marker.len();
-    html[start..]
-        .split('"')
-        .next()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 pub fn encode(text: &str) -> String {

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::store::sql::group_commit::{Job, RECORD, answer};
 use crate::store::sql::records::{channel_to_json, event_from, replay_or_reuse};
-use crate::store::sql::{self, backend, find_row, insert_failed, lost_connection};
+use crate::store::sql::{self, backend, fails_on_data, find_row, insert_failed, lost_connection};
 use crate::{EventSink, EventSubmission, RecordOutcome, RecordedEvent, StoreError};
 
 use super::PgStore;
@@ -89,16 +89,6 @@ async fn record_in(
     Ok(RecordOutcome::Recorded)
 }
 
-/// Whether a submission failed on its own data (a duplicate uuid, a value
-/// PostgreSQL refuses), so that its neighbours in a group may still be
-/// recorded; any other failure is the connection's or the database's.
-fn fails_on_data(error: &StoreError) -> bool {
-    matches!(
-        error,
-        StoreError::Duplicate { .. } | StoreError::Rejected { .. }
-    )
-}
-
 /// The uuids of a submission's events, in order.
 fn own_uuids(submission: &EventSubmission) -> Vec<Uuid> {
     submission.events.iter().map(|e| e.event_uuid).collect()
@@ -153,19 +143,18 @@ async fn insert_events(
             batches.push(submission.batch_uuid);
         }
     }
-    const INSERT: &str = "INSERT INTO events
-             (event_uuid, account_id, received_at, event_type, event_family,
-              conversion_identifier, email, payload, channel, batch_uuid)
-         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[],
-                              $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
-                              $10::uuid[])";
-    const INSERT_SKIPPING: &str = "INSERT INTO events
-             (event_uuid, account_id, received_at, event_type, event_family,
-              conversion_identifier, email, payload, channel, batch_uuid)
-         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[],
-                              $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
-                              $10::uuid[])
-         ON CONFLICT (event_uuid) DO NOTHING";
+    macro_rules! insert {
+        () => {
+            "INSERT INTO events
+                 (event_uuid, account_id, received_at, event_type, event_family,
+                  conversion_identifier, email, payload, channel, batch_uuid)
+             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[],
+                                  $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
+                                  $10::uuid[])"
+        };
+    }
+    const INSERT: &str = insert!();
+    const INSERT_SKIPPING: &str = concat!(insert!(), " ON CONFLICT (event_uuid) DO NOTHING");
     sqlx::query(match existing {
         Existing::Refuse => INSERT,
         Existing::Skip => INSERT_SKIPPING,

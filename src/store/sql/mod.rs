@@ -51,6 +51,16 @@ pub(crate) fn insert_failed(
     }
 }
 
+/// Whether a submission failed on its own data (a duplicate uuid, a value
+/// the database refuses), so that its neighbours in a group may still be
+/// recorded; any other failure is the connection's or the database's.
+pub(crate) fn fails_on_data(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Duplicate { .. } | StoreError::Rejected { .. }
+    )
+}
+
 /// Whether a store operation failed because its connection was lost (the
 /// server closed it, a backend was terminated, the socket broke): the same
 /// operation may then succeed on a fresh connection. A pool that could not

@@ -15,7 +15,7 @@ use crate::store::sql::group_commit::{Job, RECORD, answer};
 use crate::store::sql::records::{
     RecordColumns as _, channel_to_json, event_from, replay_or_reuse,
 };
-use crate::store::sql::{self, backend, find_row, insert_failed};
+use crate::store::sql::{self, backend, fails_on_data, find_row, insert_failed};
 use crate::{EventSink, EventSubmission, RecordOutcome, RecordedEvent, StoreError};
 
 use super::SqliteStore;
@@ -196,7 +196,7 @@ async fn record_plain(pool: &SqlitePool, jobs: &[Job]) -> Vec<Result<RecordOutco
     };
     match insert_events(&mut conn, &submissions).await {
         Ok(()) => vec![Ok(RecordOutcome::Recorded); jobs.len()],
-        Err(StoreError::Duplicate { .. } | StoreError::Rejected { .. }) if jobs.len() > 1 => {
+        Err(error) if jobs.len() > 1 && fails_on_data(&error) => {
             let mut outcomes = Vec::with_capacity(jobs.len());
             for submission in submissions {
                 let outcome = insert_events(&mut conn, &[submission]).await;
@@ -240,7 +240,7 @@ async fn record_group(
                 plain_recorded = true;
             }
             // Refused for its data: one of the submissions is at fault.
-            Err(StoreError::Duplicate { .. } | StoreError::Rejected { .. }) => {
+            Err(error) if fails_on_data(&error) => {
                 savepoint.rollback().await.map_err(backend(RECORD))?;
             }
             // The database failed: so does the group, nothing committed.

@@ -5,11 +5,13 @@
 mod events;
 mod fixture;
 pub mod hostile;
+mod pages;
 pub mod refresh_scenarios;
 mod stores;
 mod temp_dir;
 
 pub use events::conversion_body;
 pub use fixture::*;
+pub use pages::hidden;
 pub use stores::{DownStore, FlakyTokens};
 pub use temp_dir::TempDir;
