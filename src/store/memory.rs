@@ -6,7 +6,7 @@
 //! one atomic step, which is what makes the atomic operations of the contract
 //! hold.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -481,7 +481,12 @@ struct Claim {
 
 #[derive(Default)]
 struct EventState {
-    events: HashMap<Uuid, RecordedEvent>,
+    /// A B-tree, not a hash map: a hash map that outgrows its table moves
+    /// every event to a new one while the lock is held, and with a million
+    /// events that stalled every request for about 400 ms (the memory
+    /// store's p99 under `wrk`). A B-tree grows a node at a time, and the
+    /// time-ordered (v7) uuids of new events all land in its last leaf.
+    events: BTreeMap<Uuid, RecordedEvent>,
     /// Claims by account, credential and key.
     claims: HashMap<(AccountId, IdempotencyScope, String), Claim>,
 }

@@ -531,7 +531,7 @@ fn check_every_case(runtime: &tokio::runtime::Runtime, sinks: &Sinks) {
 #[cfg(feature = "sqlite")]
 async fn sqlite_sink() -> Arc<dyn EventSink> {
     Arc::new(
-        conversion_gateway::SqliteStore::open_in_memory()
+        conversion_gateway::SqliteStore::open_temporary()
             .await
             .expect("open SQLite in memory"),
     )

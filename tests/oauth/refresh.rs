@@ -303,7 +303,7 @@ async fn the_default_policy_serves_both_kinds_of_client_on_the_memory_store() {
 async fn the_default_policy_serves_both_kinds_of_client_on_sqlite() {
     refresh_scenarios::all(|| async {
         let store = Arc::new(
-            conversion_gateway::SqliteStore::open_in_memory()
+            conversion_gateway::SqliteStore::open_temporary()
                 .await
                 .expect("open SQLite"),
         );

@@ -78,8 +78,8 @@ async fn sqlite_event_sink_keeps_the_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn in_memory_sqlite_keeps_the_contract() {
-    let store = Arc::new(SqliteStore::open_in_memory().await.expect("open"));
+async fn a_temporary_sqlite_store_keeps_the_contract() {
+    let store = Arc::new(SqliteStore::open_temporary().await.expect("open"));
     conformance::check_token_store(store.clone()).await;
     conformance::check_client_registry(store.clone()).await;
     conformance::check_account_store(store.clone()).await;
@@ -247,6 +247,71 @@ async fn a_failing_submission_does_not_fail_its_group() {
             }
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_batch_leaves_none_of_its_events_and_its_group_is_recorded() {
+    let dir = TempDir::new();
+    let store = file_store(&dir).await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let existing = event(account, 0);
+    store
+        .record(&EventSubmission {
+            events: vec![existing.clone()],
+            batch_uuid: None,
+            idempotency: None,
+        })
+        .await
+        .expect("record");
+    // Odd submissions are batches whose second event repeats a recorded
+    // uuid: each fails whole, its first event included, while the single
+    // events queued beside them in the same groups are recorded.
+    let submissions: Vec<_> = (1..=64)
+        .map(|n| EventSubmission {
+            events: if n % 2 == 1 {
+                vec![event(account, n), existing.clone()]
+            } else {
+                vec![event(account, n)]
+            },
+            batch_uuid: (n % 2 == 1).then(|| random_uuid(&OsRandom)),
+            idempotency: None,
+        })
+        .collect();
+    let tasks: Vec<_> = submissions
+        .iter()
+        .cloned()
+        .map(|submission| {
+            let store = store.clone();
+            tokio::spawn(async move { store.record(&submission).await })
+        })
+        .collect();
+    for (task, submission) in tasks.into_iter().zip(&submissions) {
+        let outcome = task.await.expect("task");
+        let first = &submission.events[0];
+        let stored = store.find_event(first.event_uuid).await.expect("find");
+        if submission.batch_uuid.is_some() {
+            assert!(
+                matches!(outcome, Err(StoreError::Duplicate { what: "event" })),
+                "a batch repeating a uuid is a duplicate, got {outcome:?}"
+            );
+            assert_eq!(stored, None, "a refused batch keeps none of its events");
+        } else {
+            assert_eq!(outcome.expect("record"), RecordOutcome::Recorded);
+            assert_eq!(stored, Some(first.clone()));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_temporary_store_is_removed_when_dropped() {
+    let store = SqliteStore::open_temporary().await.expect("open");
+    let path = store.path().to_path_buf();
+    assert!(path.is_file(), "{path:?}");
+    let clone = store.clone();
+    drop(store);
+    assert!(path.is_file(), "a clone keeps the database");
+    drop(clone);
+    assert!(!path.exists(), "{path:?} is removed with the last clone");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

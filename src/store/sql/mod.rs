@@ -111,8 +111,14 @@ fn is_data_error_code(code: &str) -> bool {
     }
     // SQLite's extended codes have at most four digits; the low byte is the
     // primary code.
-    code.parse::<i32>()
-        .is_ok_and(|extended| matches!(extended & 0xff, 18..=20))
+    code.parse::<i32>().is_ok_and(sqlite_refuses_data)
+}
+
+/// Whether an SQLite extended result code names a refusal of the data: its
+/// primary code (the low byte) is `SQLITE_TOOBIG` (18), `SQLITE_CONSTRAINT`
+/// (19) or `SQLITE_MISMATCH` (20).
+pub(crate) fn sqlite_refuses_data(extended: i32) -> bool {
+    matches!(extended & 0xff, 18..=20)
 }
 
 /// Whether the database refused a write because of a unique index.

@@ -276,22 +276,62 @@ pub(crate) fn event_from(c: &impl RecordColumns) -> Result<RecordedEvent, StoreE
     })
 }
 
+/// The live claim of an idempotency key as a store read it back: what the
+/// first request with the key was, and what it was answered.
+pub(crate) struct StoredClaim {
+    /// The fingerprint of the first request's body.
+    fingerprint: [u8; 32],
+    /// The uuids of the events it recorded.
+    event_uuids: Vec<Uuid>,
+    /// The uuid of its batch, if it was one.
+    batch_uuid: Option<Uuid>,
+}
+
+impl StoredClaim {
+    /// A claim from its stored columns; a fingerprint that is not 32 bytes
+    /// long is a [`StoreError::Backend`] naming `action`.
+    pub(crate) fn new(
+        fingerprint: Vec<u8>,
+        event_uuids: Vec<Uuid>,
+        batch_uuid: Option<Uuid>,
+        action: &'static str,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            fingerprint: fingerprint_from_column(fingerprint, action)?,
+            event_uuids,
+            batch_uuid,
+        })
+    }
+
+    /// The outcome of `claim` against this live claim of its key: the first
+    /// request's identifiers if the fingerprints match, else
+    /// [`RecordOutcome::KeyReused`].
+    pub(crate) fn outcome_for(self, claim: &IdempotencyClaim) -> RecordOutcome {
+        if self.fingerprint == claim.fingerprint {
+            RecordOutcome::Replayed {
+                event_uuids: self.event_uuids,
+                batch_uuid: self.batch_uuid,
+            }
+        } else {
+            RecordOutcome::KeyReused
+        }
+    }
+}
+
 /// The outcome of `claim` against the live claim of its key in this row
-/// (its `fingerprint`, `event_uuids` and `batch_uuid`): the first request's
-/// identifiers if the fingerprints match, else [`RecordOutcome::KeyReused`].
+/// (its `fingerprint`, `event_uuids` and `batch_uuid`), as
+/// [`StoredClaim::outcome_for`].
 pub(crate) fn replay_or_reuse(
     c: &impl RecordColumns,
     claim: &IdempotencyClaim,
 ) -> Result<RecordOutcome, StoreError> {
-    let fingerprint = fingerprint_from_column(c.bytes("fingerprint")?, c.action())?;
-    Ok(if fingerprint == claim.fingerprint {
-        RecordOutcome::Replayed {
-            event_uuids: c.uuids("event_uuids")?,
-            batch_uuid: c.optional_uuid("batch_uuid")?,
-        }
-    } else {
-        RecordOutcome::KeyReused
-    })
+    let stored = StoredClaim::new(
+        c.bytes("fingerprint")?,
+        c.uuids("event_uuids")?,
+        c.optional_uuid("batch_uuid")?,
+        c.action(),
+    )?;
+    Ok(stored.outcome_for(claim))
 }
 
 #[cfg(test)]

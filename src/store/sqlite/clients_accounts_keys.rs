@@ -30,6 +30,7 @@ impl ClientRegistry for SqliteStore {
         .bind(json_text(&client.redirect_uris)?)
         .bind(client.require_pkce)
         .bind(client.refresh_policy.map(|policy| policy.to_stored()));
+        let _turn = self.write_turn().await;
         insert_row(&self.writer, statement, "client", "register a client").await
     }
 
@@ -56,6 +57,7 @@ impl AccountStore for SqliteStore {
         .bind(&account.email)
         .bind(account.password_hash.as_deref())
         .bind(json_text(&account.custom_fields)?);
+        let _turn = self.write_turn().await;
         insert_row(&self.writer, statement, "account", "insert an account").await
     }
 
@@ -92,7 +94,7 @@ impl ApiKeyStore for SqliteStore {
         const ACTION: &str = "insert an api key";
         // Count and insert under the write lock: two callers cannot both see
         // room for the last key.
-        let mut tx = self.write_transaction(ACTION).await?;
+        let (_turn, mut tx) = self.write_transaction(ACTION).await?;
         let exists: bool =
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ? OR hash = ?)")
                 .bind(uuid_text(key.id.0))
@@ -138,6 +140,7 @@ impl ApiKeyStore for SqliteStore {
     }
 
     async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
         let done = sqlx::query("UPDATE api_keys SET active = ? WHERE id = ?")
             .bind(active)
             .bind(uuid_text(id.0))

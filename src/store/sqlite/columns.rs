@@ -34,7 +34,7 @@ pub(super) fn json_text<T: serde::Serialize>(value: &T) -> Result<String, StoreE
 
 /// An instant read back from microseconds since the Unix epoch, if
 /// `OffsetDateTime` can hold it.
-fn from_micros(micros: i64) -> Option<OffsetDateTime> {
+pub(super) fn from_micros(micros: i64) -> Option<OffsetDateTime> {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000).ok()
 }
 

@@ -13,20 +13,21 @@
 //! process can write between the read and the write.
 //!
 //! Events are recorded with group commit: concurrent `record` calls queue
-//! to one task that stores whatever has queued in one write transaction
-//! (the plain submissions' events in one multi-row `INSERT`, those with an
-//! idempotency key each in a savepoint of its own, so one failing
-//! submission does not fail its neighbours), and answers each after the
-//! COMMIT. Many writers then share one disk flush and a few statements
-//! instead of waiting for a flush and running statements each.
+//! to one thread with a connection of its own ([`event_writer`]), which
+//! stores whatever has queued in one write transaction (a batch or a
+//! submission with an idempotency key in a savepoint of its own, so one
+//! failing submission does not fail its neighbours) and answers each after
+//! the COMMIT. Many writers then share one disk flush instead of waiting
+//! for one each. That thread and the sqlx connection that writes everything
+//! else take turns at SQLite's write lock through a fair [`write_gate`].
 //!
 //! Layout: this file opens the database (options, pools, migrations);
 //! [`columns`] says how values are stored in SQLite's few column types;
 //! one file per group of traits implements them: [`tokens`]
 //! ([`TokenStore`]: grants, codes, access and refresh tokens, their purge),
 //! [`clients_accounts_keys`] ([`ClientRegistry`], [`AccountStore`],
-//! [`ApiKeyStore`]) and [`events`] ([`EventSink`], with the group-commit
-//! writer). What SQLite shares with PostgreSQL (error mapping, records from
+//! [`ApiKeyStore`]) and [`events`] ([`EventSink`]), whose writer is
+//! [`event_writer`]. What SQLite shares with PostgreSQL (error mapping, records from
 //! rows, the group-commit queue, the purge loop) is in [`crate::store::sql`].
 //!
 //! [`TokenStore`]: crate::TokenStore
@@ -37,10 +38,14 @@
 
 mod clients_accounts_keys;
 mod columns;
+mod event_writer;
 mod events;
+mod temporary;
 mod tokens;
+mod write_gate;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
@@ -49,10 +54,11 @@ use sqlx::sqlite::{
 use sqlx::{Executor as _, Sqlite, Transaction};
 
 use crate::StoreError;
-use crate::store::sql::group_commit::GroupQueue;
 use crate::store::sql::{Migration, backend};
 
-use self::events::group_writer;
+use self::event_writer::{EventWriter, Sync};
+use self::temporary::TemporaryFile;
+use self::write_gate::{Turn, WriteGate};
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
 const MIGRATIONS: &[Migration] = &[
@@ -83,13 +89,10 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections for reads; in WAL mode they run beside the writer.
 const READERS: u32 = 4;
 
-/// The most event submissions one group transaction takes.
-const MAX_GROUP: usize = 256;
-
 /// Every storage trait on one SQLite database.
 ///
-/// Cloning is cheap and shares the connections and the group-commit writer
-/// of events (a task on the tokio runtime the store was opened in). Wrap it
+/// Cloning is cheap and shares the connections and the writer of events (a
+/// thread of its own, ended when the last clone is dropped). Wrap it
 /// in an `Arc` and hand it out as each of the `Arc<dyn Trait>`s the service
 /// takes.
 ///
@@ -97,14 +100,20 @@ const MAX_GROUP: usize = 256;
 /// truncated.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    /// The one connection that writes. SQLite admits a single writer at a
-    /// time anyway; queueing writers on this pool is fairer and faster than
-    /// letting them poll in SQLite's sleeping busy handler.
+    /// The one sqlx connection that writes (everything but events). Every
+    /// use holds a turn at `gate` first ([`SqliteStore::write_turn`]).
     writer: SqlitePool,
     /// The connections that only read.
     reader: SqlitePool,
-    /// The queue to the group-commit writer of events.
-    events: GroupQueue,
+    /// Turns at SQLite's write lock for `writer` and the writer of events.
+    gate: WriteGate,
+    /// The writer of events.
+    events: EventWriter,
+    /// The database file.
+    path: Arc<Path>,
+    /// The database file of [`SqliteStore::open_temporary`], removed when
+    /// the last clone is dropped.
+    _temporary: Option<Arc<TemporaryFile>>,
 }
 
 impl SqliteStore {
@@ -124,14 +133,61 @@ impl SqliteStore {
         let path = path.as_ref();
         create_private(path)
             .map_err(|error| StoreError::backend("create the SQLite database file", error))?;
+        Self::open_file(path, Sync::Full, None).await
+    }
+
+    /// A fresh, private database that is gone when the store is dropped:
+    /// for tests and for hosts that keep nothing across restarts.
+    ///
+    /// It is a file in the system's temporary directory (the writer of
+    /// events needs a connection of its own to the same database, which an
+    /// SQLite in-memory database does not allow), not synced to disk
+    /// (`synchronous = OFF`: nothing in it outlives the process anyway),
+    /// and removed with its write-ahead log when the last clone of the
+    /// store is dropped.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the file cannot be created or SQLite
+    /// cannot open it.
+    pub async fn open_temporary() -> Result<Self, StoreError> {
+        let file = TemporaryFile::create()
+            .map_err(|error| StoreError::backend("create a temporary SQLite database", error))?;
+        let path = file.path().to_path_buf();
+        Self::open_file(&path, Sync::Off, Some(Arc::new(file))).await
+    }
+
+    /// A fresh database that is gone when the store is dropped; now
+    /// [`SqliteStore::open_temporary`].
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open_temporary`].
+    #[deprecated(
+        since = "0.1.0",
+        note = "a private temporary file now: use `SqliteStore::open_temporary`"
+    )]
+    pub async fn open_in_memory() -> Result<Self, StoreError> {
+        Self::open_temporary().await
+    }
+
+    /// Opens the existing file at `path`, brings its schema up to date and
+    /// starts the writer of events.
+    async fn open_file(
+        path: &Path,
+        sync: Sync,
+        temporary: Option<Arc<TemporaryFile>>,
+    ) -> Result<Self, StoreError> {
+        let synchronous = match sync {
+            // FULL: a commit is on disk (the WAL is synced) before it is
+            // acknowledged, so an acknowledged event survives a power cut,
+            // not only a restart of the process.
+            Sync::Full => SqliteSynchronous::Full,
+            Sync::Off => SqliteSynchronous::Off,
+        };
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // FULL: a commit is on disk (the WAL is synced) before it is
-            // acknowledged, so an acknowledged event survives a power cut,
-            // not only a restart of the process.
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(synchronous)
             .busy_timeout(BUSY_TIMEOUT);
         // No liveness ping before each use (sqlx's default): an SQLite
         // connection is a file in this process, not a socket that can die,
@@ -151,63 +207,58 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(backend("open the SQLite database"))?;
-        Ok(Self::new(writer, reader))
-    }
-
-    /// A fresh database in memory, gone when the store is dropped: for tests
-    /// and for hosts that keep nothing across restarts.
-    ///
-    /// # Errors
-    /// [`StoreError::Backend`] if SQLite cannot start or the migrations fail.
-    pub async fn open_in_memory() -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::new().in_memory(true);
-        // One connection that never closes: an in-memory database lives
-        // exactly as long as its connection.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
-            .await
-            .map_err(backend("open an in-memory SQLite database"))?;
-        migrate(&pool).await?;
-        Ok(Self::new(pool.clone(), pool))
-    }
-
-    /// A store on migrated pools, with its group-commit writer started.
-    fn new(writer: SqlitePool, reader: SqlitePool) -> Self {
-        let (events, jobs) = GroupQueue::new(MAX_GROUP * 4);
-        // The writer task ends when the last clone of the store (the last
-        // sender) is dropped, after answering what was queued.
-        tokio::spawn(group_writer(writer.clone(), jobs, MAX_GROUP));
-        Self {
+        let gate = WriteGate::default();
+        let events = EventWriter::start(path, sync, BUSY_TIMEOUT, gate.clone())?;
+        Ok(Self {
+            path: Arc::from(path),
             writer,
             reader,
+            gate,
             events,
-        }
+            _temporary: temporary,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Closes every connection, waiting for the ones in use to come back.
     /// Calls made afterwards, through any clone, fail with
     /// [`StoreError::Backend`].
     pub async fn close(&self) {
+        // With the turn, no group of events is being written: the writer
+        // of events closes its connection before its next group.
+        let turn = self.write_turn().await;
+        self.events.close();
+        drop(turn);
         self.writer.close().await;
         self.reader.close().await;
+    }
+
+    /// Waits for this store's turn to write through `writer` (see
+    /// [`write_gate`]).
+    async fn write_turn(&self) -> Turn {
+        self.gate.turn().await
     }
 
     /// A write transaction that holds SQLite's write lock from its first
     /// statement (`BEGIN IMMEDIATE`): what it reads cannot change before it
     /// writes, whichever connection or process tries.
+    /// It comes with the turn at the gate it holds: keep both until the
+    /// transaction ends.
     async fn write_transaction(
         &self,
         action: &'static str,
-    ) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        self.writer
+    ) -> Result<(Turn, Transaction<'static, Sqlite>), StoreError> {
+        let turn = self.write_turn().await;
+        let tx = self
+            .writer
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(backend(action))
+            .map_err(backend(action))?;
+        Ok((turn, tx))
     }
 }
 

@@ -33,6 +33,7 @@ impl TokenStore for SqliteStore {
         .bind(uuid_text(grant.account_id.0))
         .bind(micros(grant.created_at)?)
         .bind(opt_micros(grant.revoked_at)?);
+        let _turn = self.write_turn().await;
         insert_row(&self.writer, statement, "grant", "insert a grant").await
     }
 
@@ -46,6 +47,7 @@ impl TokenStore for SqliteStore {
 
     async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
         // One statement; COALESCE keeps the first revocation time.
+        let _turn = self.write_turn().await;
         let done =
             sqlx::query("UPDATE grants SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?")
                 .bind(micros(at)?)
@@ -72,6 +74,7 @@ impl TokenStore for SqliteStore {
         .bind(micros(code.issued_at)?)
         .bind(micros(code.expires_at)?);
         let action = "insert an authorization code";
+        let _turn = self.write_turn().await;
         insert_row(&self.writer, statement, "authorization code", action).await
     }
 
@@ -86,6 +89,7 @@ impl TokenStore for SqliteStore {
                        issued_at, expires_at",
         )
         .bind(hash.as_bytes().as_slice());
+        let _turn = self.write_turn().await;
         if let Some(code) = find_row(&self.writer, take, ACTION, |c| code_from(c, *hash)).await? {
             return Ok(CodeTake::Taken(code));
         }
@@ -123,7 +127,7 @@ impl TokenStore for SqliteStore {
         const ACTION: &str = "redeem an authorization code";
         // One write transaction: the code is marked and both tokens stored,
         // or (on any error, when `tx` is dropped unfinished) rolled back.
-        let mut tx = self.write_transaction(ACTION).await?;
+        let (_turn, mut tx) = self.write_transaction(ACTION).await?;
         let take = sqlx::query(
             "UPDATE authorization_codes SET taken = 1
              WHERE hash = ? AND taken = 0
@@ -146,6 +150,7 @@ impl TokenStore for SqliteStore {
     }
 
     async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         insert_access(&self.writer, token, "insert an access token").await
     }
 
@@ -168,6 +173,7 @@ impl TokenStore for SqliteStore {
     }
 
     async fn insert_refresh_token(&self, token: &RefreshTokenRecord) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         insert_refresh(&self.writer, token, "insert a refresh token").await
     }
 
@@ -200,7 +206,7 @@ impl TokenStore for SqliteStore {
         const ACTION: &str = "rotate a refresh token";
         // The write lock is held from the read below to the commit, so of
         // any number of callers only one can see the token active.
-        let mut tx = self.write_transaction(ACTION).await?;
+        let (_turn, mut tx) = self.write_transaction(ACTION).await?;
         let current = sqlx::query(
             "SELECT r.rotated_at, r.successor,
                     (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
@@ -252,6 +258,7 @@ impl TokenStore for SqliteStore {
                  (SELECT r.rowid FROM grants g JOIN refresh_tokens r ON r.grant_id = g.id
                   WHERE g.revoked_at < ?1 LIMIT ?2)",
         ];
+        let _turn = self.write_turn().await;
         sql::purge(
             &self.writer,
             &PURGES,
