@@ -20,8 +20,11 @@
 //! behind the events (its p99 should stay under 100 ms).
 //!
 //! ```text
-//! cargo bench --bench intake_load --all-features -- [--seconds 10] [--connections 64] [--rounds 3]
+//! cargo bench --bench intake_load --all-features -- [--seconds 10] [--connections 64] [--rounds 3] [--generator hyper|wrk]
 //! ```
+//!
+//! `--generator wrk` sends the flood with `wrk -t1` instead of this
+//! program's hyper clients (see [`Generator`]).
 //!
 //! `postgres` runs when `DATABASE_URL` names a server, in a schema of its
 //! own that is dropped at the end. Not part of CI.
@@ -47,6 +50,19 @@ struct Options {
     seconds: u64,
     connections: usize,
     rounds: usize,
+    generator: Generator,
+}
+
+/// What sends the flood.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Generator {
+    /// hyper clients on this program's tokio runtime: nothing to install.
+    Hyper,
+    /// `wrk -t1` (Debian's `wrk`), as the issue measured: a C event loop on
+    /// one thread, which turns an answer into the next request faster than
+    /// a tokio task does, so a server that answers after a disk flush is
+    /// not held back by the generator's own wake-ups.
+    Wrk,
 }
 
 impl Options {
@@ -55,6 +71,7 @@ impl Options {
             seconds: 10,
             connections: 64,
             rounds: 3,
+            generator: Generator::Hyper,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -67,6 +84,13 @@ impl Options {
                 "--seconds" => options.seconds = value(),
                 "--connections" => options.connections = value() as usize,
                 "--rounds" => options.rounds = value() as usize,
+                "--generator" => {
+                    options.generator = match args.next().as_deref() {
+                        Some("hyper") => Generator::Hyper,
+                        Some("wrk") => Generator::Wrk,
+                        _ => panic!("--generator takes hyper or wrk"),
+                    }
+                }
                 // `cargo bench` passes `--bench`.
                 _ => {}
             }
@@ -180,8 +204,14 @@ async fn run(options: Options) {
 
     let medians: Vec<Round> = rounds.iter().map(|r| median(r)).collect();
     println!(
-        "\n{} connections, {} s per run, {} rounds, median round; token refreshes during the floods, all rounds:\n",
-        options.connections, options.seconds, options.rounds
+        "\n{} connections ({}), {} s per run, {} rounds, median round; token refreshes during the floods, all rounds:\n",
+        options.connections,
+        match options.generator {
+            Generator::Hyper => "hyper clients",
+            Generator::Wrk => "wrk -t1",
+        },
+        options.seconds,
+        options.rounds
     );
     println!(
         "| target | requests/s | vs bare | vs memory | p50 ms | p99 ms | failures | refreshes | refresh p99 ms | refresh max ms |"
@@ -240,6 +270,13 @@ fn median(rounds: &[Round]) -> Round {
 /// `connections` keep-alive connections posting the typical event for
 /// `seconds`; every answer but a 200 is a failure.
 async fn load(address: SocketAddr, query: &str, options: &Options, deadline: Instant) -> Round {
+    if options.generator == Generator::Wrk {
+        let (address, query) = (address, query.to_owned());
+        let (connections, seconds) = (options.connections, options.seconds);
+        return tokio::task::spawn_blocking(move || wrk(address, &query, connections, seconds))
+            .await
+            .expect("wrk");
+    }
     let uri = format!("http://{address}/platform/conversions?{query}");
     let tasks: Vec<_> = (0..options.connections)
         .map(|_| {
@@ -290,6 +327,71 @@ async fn load(address: SocketAddr, query: &str, options: &Options, deadline: Ins
         p50_ms: percentile(&latencies, 0.50),
         p99_ms: percentile(&latencies, 0.99),
         failures,
+    }
+}
+
+/// One `wrk` run of `seconds` on `connections` connections, posting the
+/// typical event; every answer but a 2xx (and every socket error) is a
+/// failure.
+fn wrk(address: SocketAddr, query: &str, connections: usize, seconds: u64) -> Round {
+    let dir = std::env::temp_dir().join(format!("cg-intake-wrk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let body = dir.join("typical.json");
+    std::fs::write(&body, TYPICAL).expect("write the body");
+    let script = dir.join("post.lua");
+    std::fs::write(
+        &script,
+        format!(
+            "wrk.method = \"POST\"\n\
+             wrk.body = io.open(\"{}\"):read(\"*a\")\n\
+             wrk.headers[\"Content-Type\"] = \"application/json\"\n\
+             wrk.path = \"/platform/conversions?{query}\"\n",
+            body.display()
+        ),
+    )
+    .expect("write the script");
+    let output = Command::new("wrk")
+        .args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s")])
+        .arg("--latency")
+        .arg("-s")
+        .arg(&script)
+        .arg(format!("http://{address}/"))
+        .output()
+        .expect("run wrk (Debian's package wrk)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let field = |prefix: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|line| line.strip_prefix(prefix))
+            .map(str::trim)
+    };
+    let millis = |quantile: &str| {
+        let value =
+            field(quantile).unwrap_or_else(|| panic!("no {quantile} in wrk's output:\n{text}"));
+        let (number, factor) = if let Some(us) = value.strip_suffix("us") {
+            (us, 0.001)
+        } else if let Some(ms) = value.strip_suffix("ms") {
+            (ms, 1.0)
+        } else {
+            (value.trim_end_matches('s'), 1000.0)
+        };
+        number.parse::<f64>().expect("a latency") * factor
+    };
+    let count = |prefix: &str| {
+        field(prefix).map_or(0, |value| {
+            value
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|n| n.parse::<usize>().ok())
+                .sum()
+        })
+    };
+    Round {
+        requests_per_second: field("Requests/sec:")
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no Requests/sec in wrk's output:\n{text}")),
+        p50_ms: millis("50%"),
+        p99_ms: millis("99%"),
+        failures: count("Non-2xx or 3xx responses:") + count("Socket errors:"),
     }
 }
 
