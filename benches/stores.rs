@@ -235,6 +235,7 @@ fn bench_tokens(criterion: &mut Criterion, runtime: &Runtime, schema: &BenchSche
         account_id: AccountId(random_uuid(&OsRandom)),
         created_at: OffsetDateTime::now_utc(),
         revoked_at: None,
+        last_refreshed_at: None,
     };
     let stores: Vec<(&str, Arc<dyn TokenStore>)> = runtime.block_on(async {
         let stores: Vec<(&str, Arc<dyn TokenStore>)> = vec![

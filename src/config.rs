@@ -50,6 +50,10 @@ pub struct GatewayConfig {
     /// unknown or switched-off key is never remembered, so switching a key
     /// on takes effect at once.
     pub api_key_cache_ttl: Duration,
+    /// How long a client secret replaced by
+    /// [`crate::Gateway::rotate_client_secret`] keeps working, so that the
+    /// application can deploy the new one. Default 24 hours.
+    pub client_secret_overlap: Duration,
 }
 
 impl GatewayConfig {
@@ -67,6 +71,7 @@ impl GatewayConfig {
             purge_retention: Duration::days(7),
             purge_batch: 1000,
             api_key_cache_ttl: Duration::seconds(10),
+            client_secret_overlap: Duration::hours(24),
         }
     }
 

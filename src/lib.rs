@@ -149,10 +149,11 @@ pub use gateway::{Gateway, PurgeReport, Stores};
 // OAuth 2.0 for third-party applications.
 mod oauth;
 pub use oauth::bearer::BearerError;
-pub use oauth::client::{Client, ClientId, ClientRegistration};
+pub use oauth::client::{Client, ClientId, ClientRegistration, PreviousSecret};
 pub use oauth::decisions::Caller;
 pub use oauth::dialog::{Approval, AuthorizationRequest, Denial, DialogError};
 pub use oauth::grant::{Grant, GrantId};
+pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp};
 pub use oauth::refresh_policy::RefreshPolicy;
 pub use oauth::revocation::{Revocation, RevocationError};
 pub use oauth::token_endpoint::TokenResponse;

@@ -86,9 +86,16 @@ impl Gateway {
             .find_access_token(&token.hash(&self.hasher))
             .await?
             .ok_or(BearerError::Invalid)?;
-        check_access_token(&record, self.clock.now()).map_err(|refusal| match refusal {
-            AccessRefusal::Revoked => BearerError::Invalid,
-            AccessRefusal::Expired => BearerError::Expired,
-        })
+        let caller =
+            check_access_token(&record, self.clock.now()).map_err(|refusal| match refusal {
+                AccessRefusal::Revoked => BearerError::Invalid,
+                AccessRefusal::Expired => BearerError::Expired,
+            })?;
+        // The tokens of an application switched off are refused like
+        // revoked ones (and work again when it is switched back on).
+        if !self.client_is_active(&record.client_id).await? {
+            return Err(BearerError::Invalid);
+        }
+        Ok(caller)
     }
 }

@@ -5,6 +5,7 @@ use std::fmt;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
 
 use crate::{ClientSecret, RandomSource, RefreshPolicy, SecretHash, SecretHasher};
 
@@ -57,6 +58,23 @@ pub struct Client {
     /// The application's own refresh policy; `None` follows the gateway's
     /// [`crate::GatewayConfig::refresh_policy`].
     pub refresh_policy: Option<RefreshPolicy>,
+    /// Whether the application is switched on. Switched off, its dialog,
+    /// codes, tokens and credentials are refused and introspection reports
+    /// its tokens inactive; switched back on, what was not revoked or
+    /// expired meanwhile works again.
+    pub active: bool,
+    /// The secret it had before its last rotation, still accepted until the
+    /// overlap ends, so that the application can deploy the new one.
+    pub previous_secret: Option<PreviousSecret>,
+}
+
+/// A client secret replaced by a rotation, accepted until `valid_until`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreviousSecret {
+    /// Its keyed hash.
+    pub hash: SecretHash,
+    /// The end of the overlap: from then on only the new secret works.
+    pub valid_until: OffsetDateTime,
 }
 
 /// What an application registers with: its name and callback URLs, and the
@@ -130,13 +148,29 @@ impl Client {
             redirect_uris,
             require_pkce: false,
             refresh_policy: None,
+            active: true,
+            previous_secret: None,
         };
         (client, secret)
     }
 
-    /// Whether `presented` is this client's secret (constant time).
-    pub fn secret_matches(&self, presented: &ClientSecret, hasher: &SecretHasher) -> bool {
-        presented.hash(hasher) == self.secret_hash
+    /// Whether `presented` is this client's secret, or its previous one
+    /// before the rotation's overlap ends at `now`. Both hashes are compared
+    /// in constant time, always, so that the timing does not tell which one
+    /// matched or whether there is a previous one.
+    pub fn secret_matches(
+        &self,
+        presented: &ClientSecret,
+        hasher: &SecretHasher,
+        now: OffsetDateTime,
+    ) -> bool {
+        let hash = presented.hash(hasher);
+        let current = hash == self.secret_hash;
+        let previous = self
+            .previous_secret
+            .as_ref()
+            .is_some_and(|previous| (hash == previous.hash) & (now < previous.valid_until));
+        current | previous
     }
 
     /// Whether `uri` is one of the registered redirect URIs, compared exactly.
@@ -162,8 +196,9 @@ mod tests {
             &random,
             &hasher,
         );
-        assert!(client.secret_matches(&secret, &hasher));
-        assert!(!client.secret_matches(&ClientSecret::new("cgcs_wrong"), &hasher));
+        let now = time::macros::datetime!(2026-01-01 0:00 UTC);
+        assert!(client.secret_matches(&secret, &hasher, now));
+        assert!(!client.secret_matches(&ClientSecret::new("cgcs_wrong"), &hasher, now));
         assert!(!format!("{client:?}").contains(secret.expose()));
         assert!(client.id.as_str().starts_with("cgid_"));
     }
@@ -182,5 +217,29 @@ mod tests {
         assert!(!client.has_redirect_uri("https://app.example/cb?x=1&y=2"));
         assert!(!client.has_redirect_uri("https://app.example/cb"));
         assert!(!client.has_redirect_uri("HTTPS://app.example/cb?x=1"));
+    }
+
+    #[test]
+    fn a_rotated_secret_works_until_the_overlap_ends_and_not_after() {
+        let random = SeededRandom::new(2);
+        let hasher = SecretHasher::generate(&random);
+        let (mut client, old) = Client::register("App", vec![], &random, &hasher);
+        let new = ClientSecret::generate(&random);
+        let until = time::macros::datetime!(2026-01-02 0:00 UTC);
+        client.previous_secret = Some(PreviousSecret {
+            hash: client.secret_hash,
+            valid_until: until,
+        });
+        client.secret_hash = new.hash(&hasher);
+        let before = until - time::Duration::SECOND;
+        assert!(client.secret_matches(&new, &hasher, before));
+        assert!(client.secret_matches(&old, &hasher, before));
+        assert!(client.secret_matches(&new, &hasher, until));
+        assert!(
+            !client.secret_matches(&old, &hasher, until),
+            "the overlap ends"
+        );
+        let other = ClientSecret::generate(&random);
+        assert!(!client.secret_matches(&other, &hasher, before));
     }
 }

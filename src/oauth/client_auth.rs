@@ -101,7 +101,15 @@ impl Gateway {
         // answer's timing does not tell which client ids exist.
         let secret = ClientSecret::new(presented.secret.as_str());
         match client {
-            Some(client) if client.secret_matches(&secret, &self.hasher) => Ok(client),
+            // A client switched off is refused like a wrong secret: its
+            // credentials no longer obtain or manage tokens.
+            Some(client) if client.secret_matches(&secret, &self.hasher, self.clock.now()) => {
+                if client.active {
+                    Ok(client)
+                } else {
+                    Err(invalid)
+                }
+            }
             Some(_) => Err(invalid),
             None => {
                 let _ = secret.hash(&self.hasher);

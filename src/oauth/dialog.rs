@@ -292,6 +292,8 @@ impl Gateway {
             .clients
             .find_client(&ClientId::new(client_id))
             .await?
+            // A client switched off gets no dialog, as if unknown.
+            .filter(|client| client.active)
             .ok_or(DialogError::UnknownClient)?;
         if !client.has_redirect_uri(&redirect_uri) {
             return Err(DialogError::UnregisteredRedirectUri);
@@ -367,6 +369,7 @@ impl Gateway {
             account_id: account,
             created_at: now,
             revoked_at: None,
+            last_refreshed_at: None,
         };
         let code = AuthorizationCode::generate(&*self.random);
         let record = CodeRecord {

@@ -37,4 +37,7 @@ pub struct Grant {
     pub created_at: OffsetDateTime,
     /// When the grant was revoked, if it was.
     pub revoked_at: Option<OffsetDateTime>,
+    /// When a refresh token of the grant was last exchanged for new tokens,
+    /// if ever: for the account's list of connected applications.
+    pub last_refreshed_at: Option<OffsetDateTime>,
 }

@@ -34,6 +34,7 @@ pub(crate) mod client_auth;
 pub(crate) mod decisions;
 pub(crate) mod dialog;
 pub(crate) mod grant;
+pub(crate) mod lifecycle;
 pub(crate) mod refresh;
 pub(crate) mod refresh_policy;
 pub(crate) mod revocation;

@@ -128,6 +128,16 @@ impl ToHttpAnswer for TokenError {
         if let Some(rules) = rules {
             body["validation_rules"] = rules;
         }
+        if let TokenError::MissingField { path } = self {
+            // RFC 6749's `error` above for standard clients, and the real
+            // service's list of field errors for its own clients, which
+            // read `errors[].path`.
+            body["errors"] = json!([{
+                "error_type": "CANNOT_BE_NULL",
+                "error_message": "Cannot be null.",
+                "path": path,
+            }]);
+        }
         let answer = HttpAnswer::json(status, body)
             .with_header("cache-control", "no-store")
             .with_header("pragma", "no-cache");

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::{
     AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
     Client, ClientId, ClientRegistry, CodeLookup, CodeRecord, CodeTake, EventSink, EventSubmission,
-    Grant, GrantId, IdempotencyScope, RecordOutcome, RecordedEvent, RefreshState,
+    Grant, GrantId, IdempotencyScope, PreviousSecret, RecordOutcome, RecordedEvent, RefreshState,
     RefreshTokenRecord, Rotation, SecretHash, StoreError, TokenStore,
 };
 
@@ -129,6 +129,18 @@ impl TokenStore for MemoryTokenStore {
             }
             None => Ok(false),
         }
+    }
+
+    async fn list_grants(&self, account: AccountId) -> Result<Vec<Grant>, StoreError> {
+        let state = lock(&self.state);
+        let mut grants: Vec<Grant> = state
+            .grants
+            .values()
+            .filter(|grant| grant.account_id == account && grant.revoked_at.is_none())
+            .cloned()
+            .collect();
+        grants.sort_by_key(|grant| (grant.created_at, grant.id));
+        Ok(grants)
     }
 
     async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError> {
@@ -286,12 +298,16 @@ impl TokenStore for MemoryTokenStore {
             });
         }
         state.check_new_tokens(Some(successor), access)?;
+        let grant_id = record.grant_id;
         if let Some(record) = state.refresh.get_mut(old) {
             record.state = RefreshState::Rotated {
                 at,
                 successor: successor.hash,
                 successor_used_at: None,
             };
+        }
+        if let Some(grant) = state.grants.get_mut(&grant_id) {
+            grant.last_refreshed_at = Some(at);
         }
         state.store_new_tokens(Some(successor), access);
         Ok(Rotation::Rotated)
@@ -353,6 +369,11 @@ impl MemoryClientRegistry {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// Applies `change` to the client `id` under the lock; whether it exists.
+    fn update(&self, id: &ClientId, change: impl FnOnce(&mut Client)) -> bool {
+        lock(&self.clients).get_mut(id).map(change).is_some()
+    }
 }
 
 #[async_trait]
@@ -368,6 +389,35 @@ impl ClientRegistry for MemoryClientRegistry {
 
     async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
         Ok(lock(&self.clients).get(id).cloned())
+    }
+
+    async fn rotate_client_secret(
+        &self,
+        id: &ClientId,
+        secret_hash: &SecretHash,
+        previous_valid_until: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        Ok(self.update(id, |client| {
+            client.previous_secret = Some(PreviousSecret {
+                hash: client.secret_hash,
+                valid_until: previous_valid_until,
+            });
+            client.secret_hash = *secret_hash;
+        }))
+    }
+
+    async fn set_client_redirect_uris(
+        &self,
+        id: &ClientId,
+        redirect_uris: &[String],
+    ) -> Result<bool, StoreError> {
+        Ok(self.update(id, |client| {
+            client.redirect_uris = redirect_uris.to_vec();
+        }))
+    }
+
+    async fn set_client_active(&self, id: &ClientId, active: bool) -> Result<bool, StoreError> {
+        Ok(self.update(id, |client| client.active = active))
     }
 }
 

@@ -124,6 +124,13 @@ pub trait TokenStore: Send + Sync {
     /// `Backend` on failure (then nothing may be assumed revoked).
     async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError>;
 
+    /// The grants of `account` that are not revoked, oldest first: the
+    /// applications it has connected.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn list_grants(&self, account: AccountId) -> Result<Vec<Grant>, StoreError>;
+
     /// Stores a new authorization code.
     ///
     /// # Errors
@@ -206,7 +213,8 @@ pub trait TokenStore: Send + Sync {
     /// stored, so the client's retry is an ordinary refresh and not a reuse.
     /// Exactly one of any number of concurrent callers gets
     /// [`Rotation::Rotated`]; the others get [`Rotation::AlreadyRotated`]
-    /// naming the winner's successor, and store nothing.
+    /// naming the winner's successor, and store nothing. A rotation also
+    /// sets its grant's [`Grant::last_refreshed_at`] to `at`.
     ///
     /// # Errors
     /// `Duplicate` if either new token's hash exists; `Backend` on failure.
@@ -255,6 +263,38 @@ pub trait ClientRegistry: Send + Sync {
     /// # Errors
     /// `Backend` on failure.
     async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError>;
+
+    /// Replaces the client's secret, *atomically*: the secret it had becomes
+    /// its [`Client::previous_secret`], valid until `previous_valid_until`
+    /// (replacing any older previous secret), and `secret_hash` its secret.
+    /// Returns whether the client exists.
+    ///
+    /// # Errors
+    /// `Backend` on failure (then nothing changed).
+    async fn rotate_client_secret(
+        &self,
+        id: &ClientId,
+        secret_hash: &SecretHash,
+        previous_valid_until: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
+
+    /// Replaces the client's registered redirect URIs. Returns whether the
+    /// client exists.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn set_client_redirect_uris(
+        &self,
+        id: &ClientId,
+        redirect_uris: &[String],
+    ) -> Result<bool, StoreError>;
+
+    /// Switches the client on or off ([`Client::active`]). Returns whether
+    /// the client exists.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn set_client_active(&self, id: &ClientId, active: bool) -> Result<bool, StoreError>;
 }
 
 /// Accounts.

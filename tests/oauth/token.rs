@@ -131,11 +131,25 @@ async fn a_missing_field_is_named_by_its_path() {
     assert_error(&answer, 400, "CANNOT_BE_NULL");
     assert_eq!(body(&answer)["path"], "body.client_secret");
     assert_eq!(body(&answer)["error"], "invalid_request");
+    // Both shapes at once: RFC 6749's, and the real service's field list.
+    assert_eq!(
+        body(&answer)["error_description"],
+        "body.client_secret is required"
+    );
+    assert_eq!(
+        body(&answer)["errors"],
+        json!([{
+            "error_type": "CANNOT_BE_NULL",
+            "error_message": "Cannot be null.",
+            "path": "body.client_secret",
+        }])
+    );
 
     let answer = f
         .token_json(json!({"client_secret": f.secret.expose(), "code": code}))
         .await;
     assert_eq!(body(&answer)["path"], "body.client_id");
+    assert_eq!(body(&answer)["errors"][0]["path"], "body.client_id");
 
     let answer = f
         .token_json(json!({"client_id": f.client.id, "client_secret": f.secret.expose()}))

@@ -191,6 +191,7 @@ fn grant() -> Grant {
         account_id: AccountId(random_uuid(&OsRandom)),
         created_at: datetime!(2026-03-01 12:00:00 UTC),
         revoked_at: None,
+        last_refreshed_at: None,
     }
 }
 

@@ -30,6 +30,7 @@ pub(super) fn new_grant() -> Grant {
         account_id: AccountId(random_uuid(&OsRandom)),
         created_at: base_time(),
         revoked_at: None,
+        last_refreshed_at: None,
     }
 }
 

@@ -6,9 +6,11 @@
 //! server instances.
 
 use async_trait::async_trait;
+use sqlx::Postgres;
+use time::OffsetDateTime;
 
 use crate::store::sql::records::{RecordColumns as _, account_from, api_key_from, client_from};
-use crate::store::sql::{backend, find_row, insert_row};
+use crate::store::sql::{Statement, backend, find_row, insert_row};
 use crate::{
     Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore, Client, ClientId,
     ClientRegistry, SecretHash, StoreError,
@@ -40,11 +42,66 @@ impl ClientRegistry for PgStore {
 
     async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
         let statement = sqlx::query(
-            "SELECT id, name, secret_hash, redirect_uris, require_pkce, refresh_policy
+            "SELECT id, name, secret_hash, redirect_uris, require_pkce, refresh_policy, active,
+                    previous_secret_hash, previous_secret_valid_until
              FROM clients WHERE id = $1",
         )
         .bind(id.as_str());
         find_row(&self.pool, statement, "read a client", client_from).await
+    }
+
+    async fn rotate_client_secret(
+        &self,
+        id: &ClientId,
+        secret_hash: &SecretHash,
+        previous_valid_until: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        // One statement: the right-hand side reads the row as it was, so
+        // the old secret becomes the previous one; concurrent rotations
+        // queue on the row lock.
+        let statement = sqlx::query(
+            "UPDATE clients SET previous_secret_hash = secret_hash,
+                 previous_secret_valid_until = $1, secret_hash = $2
+             WHERE id = $3",
+        )
+        .bind(previous_valid_until)
+        .bind(secret_hash.as_bytes().as_slice())
+        .bind(id.as_str());
+        self.update_client(statement, "rotate a client secret")
+            .await
+    }
+
+    async fn set_client_redirect_uris(
+        &self,
+        id: &ClientId,
+        redirect_uris: &[String],
+    ) -> Result<bool, StoreError> {
+        let statement = sqlx::query("UPDATE clients SET redirect_uris = $1 WHERE id = $2")
+            .bind(redirect_uris)
+            .bind(id.as_str());
+        self.update_client(statement, "change redirect uris").await
+    }
+
+    async fn set_client_active(&self, id: &ClientId, active: bool) -> Result<bool, StoreError> {
+        let statement = sqlx::query("UPDATE clients SET active = $1 WHERE id = $2")
+            .bind(active)
+            .bind(id.as_str());
+        self.update_client(statement, "switch a client").await
+    }
+}
+
+impl PgStore {
+    /// Runs `statement`, an `UPDATE` of one client; whether it found it.
+    async fn update_client(
+        &self,
+        statement: Statement<'_, Postgres>,
+        action: &'static str,
+    ) -> Result<bool, StoreError> {
+        let done = statement
+            .execute(&self.pool)
+            .await
+            .map_err(backend(action))?;
+        Ok(done.rows_affected() > 0)
     }
 }
 

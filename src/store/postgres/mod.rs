@@ -74,6 +74,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 4,
         sql: include_str!("../../../migrations/postgres/0004_adaptive_refresh.sql"),
     },
+    Migration {
+        version: 5,
+        sql: include_str!("../../../migrations/postgres/0005_client_lifecycle.sql"),
+    },
 ];
 
 /// The advisory lock that serialises migrations ("cg-migra" in ASCII).

@@ -15,8 +15,8 @@ use crate::store::sql::records::{
 };
 use crate::store::sql::{self, backend, find_row, insert_failed, insert_row};
 use crate::{
-    AccessTokenRecord, CodeLookup, CodeRecord, CodeTake, Grant, GrantId, RefreshTokenRecord,
-    Rotation, SecretHash, StoreError, TokenStore,
+    AccessTokenRecord, AccountId, CodeLookup, CodeRecord, CodeTake, Grant, GrantId,
+    RefreshTokenRecord, Rotation, SecretHash, StoreError, TokenStore,
 };
 
 use super::PgStore;
@@ -73,10 +73,27 @@ impl TokenStore for PgStore {
 
     async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError> {
         let statement = sqlx::query(
-            "SELECT id, client_id, account_id, created_at, revoked_at FROM grants WHERE id = $1",
+            "SELECT id, client_id, account_id, created_at, revoked_at, last_refreshed_at
+             FROM grants WHERE id = $1",
         )
         .bind(id.0);
         find_row(&self.pool, statement, "read a grant", grant_from).await
+    }
+
+    async fn list_grants(&self, account: AccountId) -> Result<Vec<Grant>, StoreError> {
+        // The id breaks ties between grants made in the same microsecond.
+        sqlx::query(
+            "SELECT id, client_id, account_id, created_at, revoked_at, last_refreshed_at
+             FROM grants WHERE account_id = $1 AND revoked_at IS NULL
+             ORDER BY created_at, id",
+        )
+        .bind(account.0)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend("list grants"))?
+        .into_iter()
+        .map(|row| grant_from(&Columns::new(row, "read a grant")))
+        .collect()
     }
 
     async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
@@ -273,7 +290,10 @@ impl TokenStore for PgStore {
                      WHERE r.hash = $1 AND r.rotated_at IS NULL
                        AND EXISTS (SELECT 1 FROM grants g
                                    WHERE g.id = r.grant_id AND g.revoked_at IS NULL)
-                     RETURNING r.hash
+                     RETURNING r.grant_id
+                 ), refreshed AS (
+                     UPDATE grants SET last_refreshed_at = $2
+                     WHERE id IN (SELECT grant_id FROM rotated)
                  ), successor AS (
                      INSERT INTO refresh_tokens
                          (hash, grant_id, client_id, account_id, issued_at, expires_at,

@@ -15,8 +15,8 @@ use crate::store::sql::malformed;
 use crate::{
     AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeLookup,
     CodeRecord, CodeTake, Grant, GrantId, IdempotencyClaim, IntakeChannel, PkceChallenge,
-    RecordOutcome, RecordedEvent, RefreshPolicy, RefreshState, RefreshTokenRecord, Rotation,
-    SecretHash, StoreError,
+    PreviousSecret, RecordOutcome, RecordedEvent, RefreshPolicy, RefreshState, RefreshTokenRecord,
+    Rotation, SecretHash, StoreError,
 };
 
 /// A hash read back from a 32-byte binary column.
@@ -100,6 +100,7 @@ pub(crate) fn grant_from(c: &impl RecordColumns) -> Result<Grant, StoreError> {
         account_id: AccountId(c.uuid("account_id")?),
         created_at: c.time("created_at")?,
         revoked_at: c.optional_time("revoked_at")?,
+        last_refreshed_at: c.optional_time("last_refreshed_at")?,
     })
 }
 
@@ -235,6 +236,16 @@ pub(crate) fn client_from(c: &impl RecordColumns) -> Result<Client, StoreError> 
                     .ok_or_else(|| malformed(c.action(), "clients.refresh_policy"))
             })
             .transpose()?,
+        active: c.flag("active")?,
+        previous_secret: match c.optional_bytes("previous_secret_hash")? {
+            Some(bytes) => Some(PreviousSecret {
+                hash: hash_from_column(bytes, c.action(), "previous_secret_hash")?,
+                valid_until: c
+                    .optional_time("previous_secret_valid_until")?
+                    .ok_or_else(|| malformed(c.action(), "previous_secret_valid_until"))?,
+            }),
+            None => None,
+        },
     })
 }
 

@@ -5,9 +5,11 @@
 //! `BEGIN IMMEDIATE` transaction, under the write lock.
 
 use async_trait::async_trait;
+use sqlx::Sqlite;
+use time::OffsetDateTime;
 
 use crate::store::sql::records::{account_from, api_key_from, client_from};
-use crate::store::sql::{backend, find_row, insert_row};
+use crate::store::sql::{Statement, backend, find_row, insert_row};
 use crate::{
     Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore, Client, ClientId,
     ClientRegistry, SecretHash, StoreError,
@@ -36,11 +38,66 @@ impl ClientRegistry for SqliteStore {
 
     async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
         let statement = sqlx::query(
-            "SELECT id, name, secret_hash, redirect_uris, require_pkce, refresh_policy
+            "SELECT id, name, secret_hash, redirect_uris, require_pkce, refresh_policy, active,
+                    previous_secret_hash, previous_secret_valid_until
              FROM clients WHERE id = ?",
         )
         .bind(id.as_str());
         find_row(&self.reader, statement, "read a client", client_from).await
+    }
+
+    async fn rotate_client_secret(
+        &self,
+        id: &ClientId,
+        secret_hash: &SecretHash,
+        previous_valid_until: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        // One statement: SQLite reads `secret_hash` on the right-hand side
+        // before it writes the row, so the old secret becomes the previous.
+        let statement = sqlx::query(
+            "UPDATE clients SET previous_secret_hash = secret_hash,
+                 previous_secret_valid_until = ?, secret_hash = ?
+             WHERE id = ?",
+        )
+        .bind(micros(previous_valid_until)?)
+        .bind(secret_hash.as_bytes().as_slice())
+        .bind(id.as_str());
+        self.update_client(statement, "rotate a client secret")
+            .await
+    }
+
+    async fn set_client_redirect_uris(
+        &self,
+        id: &ClientId,
+        redirect_uris: &[String],
+    ) -> Result<bool, StoreError> {
+        let statement = sqlx::query("UPDATE clients SET redirect_uris = ? WHERE id = ?")
+            .bind(json_text(&redirect_uris)?)
+            .bind(id.as_str());
+        self.update_client(statement, "change redirect uris").await
+    }
+
+    async fn set_client_active(&self, id: &ClientId, active: bool) -> Result<bool, StoreError> {
+        let statement = sqlx::query("UPDATE clients SET active = ? WHERE id = ?")
+            .bind(active)
+            .bind(id.as_str());
+        self.update_client(statement, "switch a client").await
+    }
+}
+
+impl SqliteStore {
+    /// Runs `statement`, an `UPDATE` of one client; whether it found it.
+    async fn update_client(
+        &self,
+        statement: Statement<'_, Sqlite>,
+        action: &'static str,
+    ) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let done = statement
+            .execute(&self.writer)
+            .await
+            .map_err(backend(action))?;
+        Ok(done.rows_affected() > 0)
     }
 }
 

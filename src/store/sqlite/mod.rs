@@ -78,6 +78,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 4,
         sql: include_str!("../../../migrations/sqlite/0004_adaptive_refresh.sql"),
     },
+    Migration {
+        version: 5,
+        sql: include_str!("../../../migrations/sqlite/0005_client_lifecycle.sql"),
+    },
 ];
 
 /// How long a statement waits for another process's write lock.

@@ -14,8 +14,8 @@ use crate::store::sql::records::{
 };
 use crate::store::sql::{self, backend, find_row, insert_row};
 use crate::{
-    AccessTokenRecord, CodeLookup, CodeRecord, CodeTake, Grant, GrantId, RefreshTokenRecord,
-    Rotation, SecretHash, StoreError, TokenStore,
+    AccessTokenRecord, AccountId, CodeLookup, CodeRecord, CodeTake, Grant, GrantId,
+    RefreshTokenRecord, Rotation, SecretHash, StoreError, TokenStore,
 };
 
 use super::SqliteStore;
@@ -39,10 +39,27 @@ impl TokenStore for SqliteStore {
 
     async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError> {
         let statement = sqlx::query(
-            "SELECT id, client_id, account_id, created_at, revoked_at FROM grants WHERE id = ?",
+            "SELECT id, client_id, account_id, created_at, revoked_at, last_refreshed_at
+             FROM grants WHERE id = ?",
         )
         .bind(uuid_text(id.0));
         find_row(&self.reader, statement, "read a grant", grant_from).await
+    }
+
+    async fn list_grants(&self, account: AccountId) -> Result<Vec<Grant>, StoreError> {
+        // rowid breaks ties between grants made in the same microsecond.
+        sqlx::query(
+            "SELECT id, client_id, account_id, created_at, revoked_at, last_refreshed_at
+             FROM grants WHERE account_id = ? AND revoked_at IS NULL
+             ORDER BY created_at, rowid",
+        )
+        .bind(uuid_text(account.0))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend("list grants"))?
+        .into_iter()
+        .map(|row| grant_from(&Columns::new(row, "read a grant")))
+        .collect()
     }
 
     async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
@@ -230,6 +247,15 @@ impl TokenStore for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(backend(ACTION))?;
+        sqlx::query(
+            "UPDATE grants SET last_refreshed_at = ?
+             WHERE id = (SELECT grant_id FROM refresh_tokens WHERE hash = ?)",
+        )
+        .bind(micros(at)?)
+        .bind(old.as_bytes().as_slice())
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
         // On failure the transaction is dropped and rolled back: the old
         // token stays active and neither new token is stored.
         insert_refresh(&mut *tx, successor, ACTION).await?;

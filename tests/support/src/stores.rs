@@ -55,6 +55,12 @@ impl conversion_gateway::TokenStore for DownStore {
     ) -> Result<bool, conversion_gateway::StoreError> {
         down()
     }
+    async fn list_grants(
+        &self,
+        _: conversion_gateway::AccountId,
+    ) -> Result<Vec<conversion_gateway::Grant>, conversion_gateway::StoreError> {
+        down()
+    }
     async fn insert_code(
         &self,
         _: &conversion_gateway::CodeRecord,
@@ -174,6 +180,13 @@ impl conversion_gateway::TokenStore for FlakyTokens {
     ) -> Result<bool, conversion_gateway::StoreError> {
         self.trip("revoke_grant")?;
         self.inner.revoke_grant(id, at).await
+    }
+    async fn list_grants(
+        &self,
+        account: conversion_gateway::AccountId,
+    ) -> Result<Vec<conversion_gateway::Grant>, conversion_gateway::StoreError> {
+        self.trip("list_grants")?;
+        self.inner.list_grants(account).await
     }
     async fn insert_code(
         &self,
