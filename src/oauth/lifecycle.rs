@@ -196,6 +196,19 @@ impl Gateway {
         }
     }
 
+    /// Revokes a grant, and so every code and token issued under it, at
+    /// once, whichever account it belongs to: for an operator. Returns
+    /// whether the grant exists (revoking twice keeps the first time).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn revoke_grant(&self, grant: GrantId) -> Result<bool, StoreError> {
+        self.stores
+            .tokens
+            .revoke_grant(grant, self.clock.now())
+            .await
+    }
+
     /// Whether the client exists and is switched on.
     pub(crate) async fn client_is_active(&self, id: &ClientId) -> Result<bool, StoreError> {
         Ok(self

@@ -6,7 +6,7 @@ use time::Duration;
 
 use crate::{
     Account, AccountId, AccountStore, ApiKeyRecord, ApiKeyStore, Client, ClientId, ClientRegistry,
-    OsRandom, RefreshPolicy, random_uuid,
+    ClientSecret, OsRandom, PreviousSecret, RefreshPolicy, random_uuid,
 };
 
 use super::fixtures::{base_time, hasher};
@@ -61,6 +61,25 @@ pub(super) async fn check_clients(registry: &dyn ClientRegistry) {
             "a client's own refresh policy must round-trip"
         );
     }
+    // Switched off, with a previous secret: every field reads back.
+    let (mut switched_off, _) = Client::register("Suite off", vec![], &OsRandom, &hasher());
+    switched_off.active = false;
+    switched_off.previous_secret = Some(PreviousSecret {
+        hash: ClientSecret::generate(&OsRandom).hash(&hasher()),
+        valid_until: base_time(),
+    });
+    registry
+        .register_client(&switched_off)
+        .await
+        .expect("register_client");
+    assert_eq!(
+        registry
+            .find_client(&switched_off.id)
+            .await
+            .expect("find_client"),
+        Some(switched_off),
+        "a client must read back whole"
+    );
     assert!(
         registry.register_client(&client).await.is_err(),
         "duplicate client id"
@@ -71,6 +90,124 @@ pub(super) async fn check_clients(registry: &dyn ClientRegistry) {
             .await
             .expect("find"),
         None
+    );
+}
+
+/// A client's secret rotates with the old one kept as the previous, its
+/// redirect URIs are replaced, it switches off and on; each change reads
+/// back whole, leaves other clients alone, and reports an unknown client.
+pub(super) async fn check_client_lifecycle(registry: &dyn ClientRegistry) {
+    let (client, _) = Client::register(
+        "Suite lifecycle app",
+        vec!["https://app.example/cb".into()],
+        &OsRandom,
+        &hasher(),
+    );
+    let (bystander, _) = Client::register("Suite bystander", vec![], &OsRandom, &hasher());
+    for registered in [&client, &bystander] {
+        registry
+            .register_client(registered)
+            .await
+            .expect("register_client");
+    }
+    let find = |id: ClientId| async move {
+        registry
+            .find_client(&id)
+            .await
+            .expect("find_client")
+            .expect("the client")
+    };
+
+    let second = ClientSecret::generate(&OsRandom).hash(&hasher());
+    let until = base_time() + Duration::hours(24);
+    assert!(
+        registry
+            .rotate_client_secret(&client.id, &second, until)
+            .await
+            .expect("rotate_client_secret")
+    );
+    let mut expected = Client {
+        secret_hash: second,
+        previous_secret: Some(PreviousSecret {
+            hash: client.secret_hash,
+            valid_until: until,
+        }),
+        ..client.clone()
+    };
+    assert_eq!(
+        find(client.id.clone()).await,
+        expected,
+        "a rotation keeps the old secret as the previous one"
+    );
+    // A second rotation replaces the previous secret with the second one.
+    let third = ClientSecret::generate(&OsRandom).hash(&hasher());
+    let later = until + Duration::hours(1);
+    assert!(
+        registry
+            .rotate_client_secret(&client.id, &third, later)
+            .await
+            .expect("rotate_client_secret")
+    );
+    expected.secret_hash = third;
+    expected.previous_secret = Some(PreviousSecret {
+        hash: second,
+        valid_until: later,
+    });
+    assert_eq!(find(client.id.clone()).await, expected);
+
+    let uris = vec![
+        "https://app.example/new".to_owned(),
+        "com.example.app:/cb".to_owned(),
+    ];
+    assert!(
+        registry
+            .set_client_redirect_uris(&client.id, &uris)
+            .await
+            .expect("set_client_redirect_uris")
+    );
+    expected.redirect_uris = uris;
+    assert_eq!(find(client.id.clone()).await, expected);
+
+    assert!(
+        registry
+            .set_client_active(&client.id, false)
+            .await
+            .expect("set_client_active")
+    );
+    expected.active = false;
+    assert_eq!(find(client.id.clone()).await, expected, "switched off");
+    assert!(
+        registry
+            .set_client_active(&client.id, true)
+            .await
+            .expect("set_client_active")
+    );
+    expected.active = true;
+    assert_eq!(find(client.id.clone()).await, expected, "switched on");
+
+    assert_eq!(
+        find(bystander.id.clone()).await,
+        bystander,
+        "other clients are left alone"
+    );
+    let unknown = ClientId::generate(&OsRandom);
+    assert!(
+        !registry
+            .rotate_client_secret(&unknown, &second, until)
+            .await
+            .expect("rotate")
+    );
+    assert!(
+        !registry
+            .set_client_redirect_uris(&unknown, &[])
+            .await
+            .expect("set")
+    );
+    assert!(
+        !registry
+            .set_client_active(&unknown, false)
+            .await
+            .expect("set")
     );
 }
 

@@ -41,6 +41,7 @@ use crate::{
 /// Checks every clause of [`crate::TokenStore`].
 pub async fn check_token_store(store: Arc<dyn crate::TokenStore>) {
     tokens::check_grants(&*store).await;
+    tokens::check_grant_listing(&*store).await;
     tokens::check_codes(&*store).await;
     tokens::check_access_tokens(&*store).await;
     tokens::check_refresh_tokens(&*store).await;
@@ -57,6 +58,7 @@ pub async fn check_token_store(store: Arc<dyn crate::TokenStore>) {
 /// Checks every clause of [`crate::ClientRegistry`].
 pub async fn check_client_registry(registry: Arc<dyn ClientRegistry>) {
     clients_accounts_keys::check_clients(&*registry).await;
+    clients_accounts_keys::check_client_lifecycle(&*registry).await;
 }
 
 /// Checks every clause of [`crate::AccountStore`].

@@ -5,8 +5,8 @@
 use time::Duration;
 
 use crate::{
-    AccessToken, AuthorizationCode, CodeLookup, CodeTake, GrantId, OsRandom, RefreshState,
-    RefreshToken, RefreshTokenRecord, Rotation, random_uuid,
+    AccessToken, AccountId, AuthorizationCode, CodeLookup, CodeTake, Grant, GrantId, OsRandom,
+    RefreshState, RefreshToken, RefreshTokenRecord, Rotation, random_uuid,
 };
 
 use super::fixtures::{base_time, hasher, new_access, new_code, new_grant, new_refresh};
@@ -311,6 +311,16 @@ pub(super) async fn check_successor_use(store: &dyn crate::TokenStore) {
         },
         "a rotated token must read back when its successor was rotated"
     );
+    assert_eq!(
+        store
+            .find_grant(grant.id)
+            .await
+            .expect("find_grant")
+            .expect("the grant")
+            .last_refreshed_at,
+        Some(used_at),
+        "a rotation must set its grant's last_refreshed_at"
+    );
     assert_eq!(found.predecessor, None);
 }
 
@@ -546,5 +556,43 @@ pub(super) async fn check_rotation_fails_whole(store: &dyn crate::TokenStore) {
             .expect("find")
             .is_some(),
         "a rotation stores its access token"
+    );
+}
+
+/// An account's unrevoked grants are listed oldest first; another
+/// account's grants and revoked ones are not.
+pub(super) async fn check_grant_listing(store: &dyn crate::TokenStore) {
+    let first = new_grant();
+    let account = first.account_id;
+    let second = Grant {
+        id: GrantId(random_uuid(&OsRandom)),
+        created_at: base_time() + Duration::seconds(1),
+        last_refreshed_at: Some(base_time() + Duration::days(1)),
+        ..first.clone()
+    };
+    let revoked = Grant {
+        id: GrantId(random_uuid(&OsRandom)),
+        created_at: base_time() + Duration::seconds(2),
+        ..first.clone()
+    };
+    // Inserted out of order: the listing orders them.
+    for grant in [&second, &revoked, &first, &new_grant()] {
+        store.insert_grant(grant).await.expect("insert_grant");
+    }
+    store
+        .revoke_grant(revoked.id, base_time() + Duration::seconds(3))
+        .await
+        .expect("revoke_grant");
+    assert_eq!(
+        store.list_grants(account).await.expect("list_grants"),
+        [first, second],
+        "list_grants: the account's unrevoked grants, oldest first, whole"
+    );
+    assert_eq!(
+        store
+            .list_grants(AccountId(random_uuid(&OsRandom)))
+            .await
+            .expect("list_grants"),
+        []
     );
 }

@@ -28,15 +28,24 @@ impl ClientRegistry for PgStore {
     async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
         let statement = sqlx::query(
             "INSERT INTO clients
-                 (id, name, secret_hash, redirect_uris, require_pkce, refresh_policy)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+                 (id, name, secret_hash, redirect_uris, require_pkce, refresh_policy, active,
+                  previous_secret_hash, previous_secret_valid_until)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(client.id.as_str())
         .bind(&client.name)
         .bind(client.secret_hash.as_bytes().as_slice())
         .bind(&client.redirect_uris)
         .bind(client.require_pkce)
-        .bind(client.refresh_policy.map(|policy| policy.to_stored()));
+        .bind(client.refresh_policy.map(|policy| policy.to_stored()))
+        .bind(client.active)
+        .bind(
+            client
+                .previous_secret
+                .as_ref()
+                .map(|previous| previous.hash.as_bytes().to_vec()),
+        )
+        .bind(client.previous_secret.as_ref().map(|p| p.valid_until));
         insert_row(&self.pool, statement, "client", "register a client").await
     }
 

@@ -60,14 +60,16 @@ fn bind_refresh<'q>(statement: Statement<'q>, token: &'q RefreshTokenRecord) -> 
 impl TokenStore for PgStore {
     async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
         let statement = sqlx::query(
-            "INSERT INTO grants (id, client_id, account_id, created_at, revoked_at)
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO grants
+                 (id, client_id, account_id, created_at, revoked_at, last_refreshed_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(grant.id.0)
         .bind(grant.client_id.as_str())
         .bind(grant.account_id.0)
         .bind(grant.created_at)
-        .bind(grant.revoked_at);
+        .bind(grant.revoked_at)
+        .bind(grant.last_refreshed_at);
         insert_row(&self.pool, statement, "grant", "insert a grant").await
     }
 

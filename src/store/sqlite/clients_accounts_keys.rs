@@ -16,22 +16,33 @@ use crate::{
 };
 
 use super::SqliteStore;
-use super::columns::{Columns, json_text, micros, uuid_text};
+use super::columns::{Columns, json_text, micros, opt_micros, uuid_text};
 
 #[async_trait]
 impl ClientRegistry for SqliteStore {
     async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
         let statement = sqlx::query(
             "INSERT INTO clients
-                 (id, name, secret_hash, redirect_uris, require_pkce, refresh_policy)
-             VALUES (?, ?, ?, ?, ?, ?)",
+                 (id, name, secret_hash, redirect_uris, require_pkce, refresh_policy, active,
+                  previous_secret_hash, previous_secret_valid_until)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(client.id.as_str())
         .bind(&client.name)
         .bind(client.secret_hash.as_bytes().as_slice())
         .bind(json_text(&client.redirect_uris)?)
         .bind(client.require_pkce)
-        .bind(client.refresh_policy.map(|policy| policy.to_stored()));
+        .bind(client.refresh_policy.map(|policy| policy.to_stored()))
+        .bind(client.active)
+        .bind(
+            client
+                .previous_secret
+                .as_ref()
+                .map(|previous| previous.hash.as_bytes().to_vec()),
+        )
+        .bind(opt_micros(
+            client.previous_secret.as_ref().map(|p| p.valid_until),
+        )?);
         let _turn = self.write_turn().await;
         insert_row(&self.writer, statement, "client", "register a client").await
     }

@@ -25,14 +25,16 @@ use super::columns::{Columns, micros, opt_micros, uuid_text};
 impl TokenStore for SqliteStore {
     async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
         let statement = sqlx::query(
-            "INSERT INTO grants (id, client_id, account_id, created_at, revoked_at)
-             VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO grants
+                 (id, client_id, account_id, created_at, revoked_at, last_refreshed_at)
+             VALUES (?, ?, ?, ?, ?, ?)",
         )
         .bind(uuid_text(grant.id.0))
         .bind(grant.client_id.as_str())
         .bind(uuid_text(grant.account_id.0))
         .bind(micros(grant.created_at)?)
-        .bind(opt_micros(grant.revoked_at)?);
+        .bind(opt_micros(grant.revoked_at)?)
+        .bind(opt_micros(grant.last_refreshed_at)?);
         let _turn = self.write_turn().await;
         insert_row(&self.writer, statement, "grant", "insert a grant").await
     }
