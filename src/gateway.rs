@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use crate::intake::api_key_cache::ApiKeyCache;
+use crate::oauth::introspection::ResourceServer;
 
 use crate::{
     Account, AccountId, AccountStore, AnswerContext, ApiKey, ApiKeyError, ApiKeyId, ApiKeyRecord,
@@ -77,6 +78,9 @@ pub struct Gateway {
     pub(crate) api_key_cache: ApiKeyCache,
     /// [`GatewayConfig::realm`], built once: every answer may need it.
     realm: String,
+    /// The services allowed to introspect any token
+    /// ([`Gateway::with_resource_server`]).
+    pub(crate) resource_servers: Vec<ResourceServer>,
 }
 
 impl Gateway {
@@ -91,6 +95,7 @@ impl Gateway {
             hasher,
             clock: Arc::new(SystemClock),
             random: Arc::new(OsRandom),
+            resource_servers: Vec::new(),
         }
     }
 

@@ -153,6 +153,11 @@ pub use oauth::client::{Client, ClientId, ClientRegistration, PreviousSecret};
 pub use oauth::decisions::Caller;
 pub use oauth::dialog::{Approval, AuthorizationRequest, Denial, DialogError};
 pub use oauth::grant::{Grant, GrantId};
+pub use oauth::introspection::{ActiveToken, Introspection, TokenKind};
+pub use oauth::metadata::{
+    AUTHORIZATION_PATH, AuthorizationServerMetadata, INTROSPECTION_PATH, METADATA_PATH,
+    REVOCATION_PATH, TOKEN_PATH,
+};
 pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp};
 pub use oauth::refresh_policy::RefreshPolicy;
 pub use oauth::revocation::{Revocation, RevocationError};

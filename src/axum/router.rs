@@ -7,13 +7,16 @@ use ::axum::Router;
 use ::axum::extract::State;
 use ::axum::middleware;
 use ::axum::response::{IntoResponse as _, Response};
-use ::axum::routing::post;
+use ::axum::routing::{get, post};
 use http::StatusCode;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::axum::{EventRequest, OAuthRequest, cors, json_errors};
-use crate::{Gateway, HttpAnswer, ToHttpAnswer};
+use crate::{
+    Gateway, HttpAnswer, INTROSPECTION_PATH, METADATA_PATH, REVOCATION_PATH, TOKEN_PATH,
+    ToHttpAnswer,
+};
 
 /// The largest body of the token and revocation endpoints: a few short
 /// fields, so 16 KiB is generous.
@@ -23,15 +26,18 @@ pub const OAUTH_BODY_LIMIT: usize = 16 * 1024;
 /// `Retry-After`; it also bounds how long a graceful shutdown waits.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The token, revocation and event routes, on `gateway`.
+/// The token, revocation, introspection, metadata and event routes, on
+/// `gateway`.
 ///
 /// Generic over the state `S` of the host's router, so that it merges into
 /// it (`host_routes.merge(router(gateway))`). A failure the client is told
 /// only "503" about is logged (`tracing`, level error) with its causes.
 pub fn router<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router<S> {
     Router::new()
-        .route("/auth/token", post(token))
-        .route("/auth/revoke", post(revoke))
+        .route(TOKEN_PATH, post(token))
+        .route(REVOCATION_PATH, post(revoke))
+        .route(INTROSPECTION_PATH, post(introspect))
+        .route(METADATA_PATH, get(metadata))
         // The one route browsers call: it answers CORS (see `cors`).
         .route(
             "/platform/conversions",
@@ -64,6 +70,14 @@ async fn token(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
 
 async fn revoke(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
     settle(&gateway, gateway.revoke(&request.parts()).await)
+}
+
+async fn introspect(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
+    settle(&gateway, gateway.introspect(&request.parts()).await)
+}
+
+async fn metadata(State(gateway): Shared) -> HttpAnswer {
+    gateway.answer(gateway.metadata())
 }
 
 async fn conversion(State(gateway): Shared, request: Result<EventRequest, HttpAnswer>) -> Response {

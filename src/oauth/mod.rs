@@ -19,8 +19,13 @@
 //! Then, outside section 4.1: refreshing (section 6, the same
 //! [`crate::Gateway::token`], in [`refresh`], ruled by the client's
 //! [`crate::RefreshPolicy`]),
-//! revoking (RFC 7009, [`crate::Gateway::revoke`]) and calling the API with
-//! the access token ([`crate::Gateway::authenticate_bearer`]).
+//! revoking (RFC 7009, [`crate::Gateway::revoke`]), calling the API with
+//! the access token ([`crate::Gateway::authenticate_bearer`]), and, for the
+//! platform's other services, introspecting a token (RFC 7662,
+//! [`crate::Gateway::introspect`]) and discovering the endpoints (RFC 8414,
+//! [`crate::Gateway::metadata`]). An application's life after its
+//! registration (secret rotation, redirect URIs, switching it off) and an
+//! account's connected applications are in [`lifecycle`].
 //!
 //! Every endpoint loads what it needs, asks a pure function of
 //! [`decisions`] what is allowed (no clock, random source or store there),
@@ -34,7 +39,9 @@ pub(crate) mod client_auth;
 pub(crate) mod decisions;
 pub(crate) mod dialog;
 pub(crate) mod grant;
+pub(crate) mod introspection;
 pub(crate) mod lifecycle;
+pub(crate) mod metadata;
 pub(crate) mod refresh;
 pub(crate) mod refresh_policy;
 pub(crate) mod revocation;

@@ -9,6 +9,7 @@
 
 mod browser;
 mod dialog;
+mod introspection;
 mod oauth2_client;
 mod process;
 mod routes;

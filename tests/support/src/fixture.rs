@@ -176,6 +176,48 @@ impl Fixture {
         )
     }
 
+    /// Exchanges a fresh code of the second app (`other_client`) for the
+    /// same account; returns (access_token, refresh_token).
+    pub async fn tokens_of_other_client(&self) -> (String, String) {
+        let query = format!(
+            "client_id={}&redirect_uri={}&response_type=code&state=s",
+            self.other_client.id,
+            form_urlencoded::byte_serialize(self.other_client.redirect_uris[0].as_bytes())
+                .collect::<String>()
+        );
+        let request = self
+            .gateway
+            .authorization_request(&query)
+            .await
+            .expect("valid authorization request");
+        let approval = self
+            .gateway
+            .approve(&request, self.account.id)
+            .await
+            .expect("approve");
+        let code = param(&redirect_params(&self.gateway.answer(&approval)), "code")
+            .expect("code in redirect");
+        let answer = self
+            .token_json(json!({
+                "client_id": self.other_client.id,
+                "client_secret": self.other_secret.expose(),
+                "code": code,
+            }))
+            .await;
+        assert_eq!(answer.status, 200, "{:?}", answer.json_body());
+        let body = answer.json_body().expect("json").clone();
+        (
+            body["access_token"]
+                .as_str()
+                .expect("access_token")
+                .to_owned(),
+            body["refresh_token"]
+                .as_str()
+                .expect("refresh_token")
+                .to_owned(),
+        )
+    }
+
     pub async fn refresh(&self, refresh_token: &str) -> HttpAnswer {
         self.token_json(json!({
             "client_id": self.client.id, "client_secret": self.secret.expose(),
@@ -197,6 +239,21 @@ impl Fixture {
         let outcome = self
             .gateway
             .revoke(&RequestParts {
+                query: "",
+                content_type: Some("application/x-www-form-urlencoded"),
+                authorization,
+                idempotency_key: None,
+                body: form.as_bytes(),
+            })
+            .await;
+        self.gateway.answer(outcome)
+    }
+
+    /// `POST /auth/introspect` with a form body.
+    pub async fn introspect(&self, authorization: Option<&str>, form: &str) -> HttpAnswer {
+        let outcome = self
+            .gateway
+            .introspect(&RequestParts {
                 query: "",
                 content_type: Some("application/x-www-form-urlencoded"),
                 authorization,

@@ -1,0 +1,135 @@
+//! Introspection (RFC 7662) and the authorization server metadata (RFC
+//! 8414) over loopback HTTP, through the library's axum router, with the
+//! `oauth2` crate's own introspection request: a live, a revoked and a
+//! foreign token.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use conversion_gateway::Gateway;
+use conversion_gateway_testkit::{BASE_URL, Fixture};
+use oauth2::basic::{BasicClient, BasicTokenType};
+use oauth2::{
+    AccessToken, ClientId, ClientSecret, IntrospectionUrl, TokenIntrospectionResponse as _,
+    TokenUrl,
+};
+use serde_json::Value;
+
+/// Serves the library's router on `gateway` at a loopback port.
+async fn serve(gateway: Arc<Gateway>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let address = listener.local_addr().expect("its address");
+    let app: axum::Router = conversion_gateway::axum::router(gateway);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    address
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a client")
+}
+
+#[tokio::test]
+async fn the_oauth2_crate_introspects_a_live_a_revoked_and_a_foreign_token() {
+    let f = Fixture::new().await;
+    let address = serve(f.gateway.clone()).await;
+    let http = http();
+    let client = BasicClient::new(ClientId::new(f.client.id.to_string()))
+        .set_client_secret(ClientSecret::new(f.secret.expose().to_owned()))
+        .set_token_uri(TokenUrl::new(format!("http://{address}/auth/token")).unwrap())
+        .set_introspection_url(
+            IntrospectionUrl::new(format!("http://{address}/auth/introspect")).unwrap(),
+        );
+    let (access, refresh) = f.tokens().await;
+
+    let live = client
+        .introspect(&AccessToken::new(access.clone()))
+        .request_async(&http)
+        .await
+        .expect("introspect a live token");
+    assert!(live.active());
+    assert_eq!(
+        live.client_id().map(|id| id.as_str()),
+        Some(f.client.id.as_str())
+    );
+    assert_eq!(live.token_type(), Some(&BasicTokenType::Bearer));
+    assert_eq!(live.sub(), Some(f.account.id.0.to_string().as_str()));
+    let (iat, exp) = (live.iat().expect("iat"), live.exp().expect("exp"));
+    assert_eq!((exp - iat).num_seconds(), 86_400);
+
+    // Another application's token: its owner is not told.
+    let (foreign, _) = f.tokens_of_other_client().await;
+    let answer = client
+        .introspect(&AccessToken::new(foreign))
+        .request_async(&http)
+        .await
+        .expect("introspect a foreign token");
+    assert!(!answer.active());
+    assert_eq!(answer.client_id(), None, "nothing about a foreign token");
+    assert_eq!(answer.sub(), None);
+
+    // Revoked (RFC 7009 over HTTP, as the server test of revocation does).
+    let reply = http
+        .post(format!("http://{address}/auth/revoke"))
+        .basic_auth(f.client.id.as_str(), Some(f.secret.expose()))
+        .form(&[("token", refresh.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let revoked = client
+        .introspect(&AccessToken::new(access))
+        .request_async(&http)
+        .await
+        .expect("introspect a revoked token");
+    assert!(!revoked.active());
+    assert_eq!(revoked.exp(), None);
+}
+
+#[tokio::test]
+async fn the_metadata_is_served_at_the_well_known_path() {
+    let f = Fixture::new().await;
+    let address = serve(f.gateway.clone()).await;
+    let reply = http()
+        .get(format!(
+            "http://{address}/.well-known/oauth-authorization-server"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    assert_eq!(
+        reply.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    let metadata: Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
+    assert_eq!(metadata["issuer"], BASE_URL);
+    for (field, path) in [
+        ("authorization_endpoint", "/auth/dialog"),
+        ("token_endpoint", "/auth/token"),
+        ("revocation_endpoint", "/auth/revoke"),
+        ("introspection_endpoint", "/auth/introspect"),
+    ] {
+        assert_eq!(metadata[field], format!("{BASE_URL}{path}"), "{field}");
+    }
+    assert_eq!(
+        metadata["code_challenge_methods_supported"],
+        serde_json::json!(["S256"])
+    );
+    assert_eq!(
+        metadata["grant_types_supported"],
+        serde_json::json!(["authorization_code", "refresh_token"])
+    );
+    let post = http()
+        .post(format!(
+            "http://{address}/.well-known/oauth-authorization-server"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 405, "read-only");
+}
