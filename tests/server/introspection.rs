@@ -133,3 +133,47 @@ async fn the_metadata_is_served_at_the_well_known_path() {
         .unwrap();
     assert_eq!(post.status(), 405, "read-only");
 }
+
+/// Runs Authlib's `introspect_token` (Python) against `url`.
+fn authlib_introspect(url: &str, id: &str, secret: &str, auth: &str, token: &str) -> Value {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/server/clients/authlib_introspect.py"
+    );
+    let output = std::process::Command::new("python3")
+        .args([script, url, id, secret, auth, token])
+        .output()
+        .expect("python3 (Authlib's introspection client needs it)");
+    assert!(
+        output.status.success(),
+        "Authlib failed. It needs Python 3 with Authlib and requests:\n    \
+         pip install authlib requests\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the script's JSON")
+}
+
+#[tokio::test]
+async fn authlibs_introspect_token_works_unmodified() {
+    let f = Fixture::new().await;
+    let address = serve(f.gateway.clone()).await;
+    let url = format!("http://{address}/auth/introspect");
+    let (access, refresh) = f.tokens().await;
+    let (foreign, _) = f.tokens_of_other_client().await;
+    let (id, secret) = (f.client.id.to_string(), f.secret.expose().to_owned());
+    let run = move |auth: &'static str, token: String| {
+        let (url, id, secret) = (url.clone(), id.clone(), secret.clone());
+        tokio::task::spawn_blocking(move || authlib_introspect(&url, &id, &secret, auth, &token))
+    };
+    for auth in ["client_secret_basic", "client_secret_post"] {
+        let live = run(auth, access.clone()).await.unwrap();
+        assert_eq!(live["status"], 200, "{auth}: {live}");
+        assert_eq!(live["body"]["active"], true, "{auth}: {live}");
+        assert_eq!(live["body"]["client_id"], f.client.id.as_str());
+        assert_eq!(live["body"]["token_type"], "Bearer");
+        let refresh_answer = run(auth, refresh.clone()).await.unwrap();
+        assert_eq!(refresh_answer["body"]["token_type"], "refresh_token");
+        let foreign = run(auth, foreign.clone()).await.unwrap();
+        assert_eq!(foreign["body"], serde_json::json!({ "active": false }));
+    }
+}
