@@ -1,7 +1,8 @@
 //! The whole app as one router: the library's JSON routes
 //! (`conversion_gateway::axum::router`: token, revocation and the three
 //! event routes, with their body limits, CORS and JSON errors) merged with
-//! the dialog's pages, under a request log and a JSON 500 for panics.
+//! the dialog's pages and the account's page of connected applications,
+//! under a request log and a JSON 500 for panics.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,11 +14,13 @@ use axum::response::{IntoResponse as _, Response};
 use conversion_gateway::{Gateway, HttpAnswer};
 use tower_http::catch_panic::CatchPanicLayer;
 
+use crate::account;
 use crate::dialog::{self, DialogState};
 
 /// Every route of the service on `gateway`, the dialog's with `dialog`.
 pub fn router(gateway: Arc<Gateway>, dialog: DialogState) -> Router {
-    dialog::routes(dialog)
+    dialog::routes(dialog.clone())
+        .merge(account::routes(dialog))
         .merge(conversion_gateway::axum::router(gateway))
         // The library's routes answer their own panics; this covers the
         // dialog's.

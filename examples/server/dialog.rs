@@ -26,7 +26,9 @@ use axum::middleware;
 use axum::response::Response;
 use axum::routing::get;
 use conversion_gateway::axum::{OAuthRequest, REQUEST_TIMEOUT, json_errors};
-use conversion_gateway::{AuthorizationRequest, Clock, DialogError, Gateway, StoreError};
+use conversion_gateway::{
+    Account, AccountId, AuthorizationRequest, Clock, DialogError, Gateway, StoreError,
+};
 use tower_http::timeout::TimeoutLayer;
 
 use crate::key_file::ServerKey;
@@ -111,7 +113,7 @@ impl DialogState {
 /// sign-in is answered 500 rather than throttled with everyone else's.
 pub fn routes<S: Clone + Send + Sync + 'static>(state: DialogState) -> Router<S> {
     Router::new()
-        .route("/auth/dialog", get(dialog_page).post(dialog_form))
+        .route(DIALOG_PATH, get(dialog_page).post(dialog_form))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             REQUEST_TIMEOUT,
@@ -120,8 +122,11 @@ pub fn routes<S: Clone + Send + Sync + 'static>(state: DialogState) -> Router<S>
         .with_state(state)
 }
 
+/// The dialog's path, and the path of its cookies.
+const DIALOG_PATH: &str = "/auth/dialog";
+
 /// What the login page shows above its form.
-enum Notice {
+pub(crate) enum Notice {
     None,
     WrongPassword,
     SessionExpired,
@@ -133,6 +138,50 @@ enum Notice {
     Busy {
         retry_after: u64,
     },
+}
+
+impl Notice {
+    /// The page's status, the notice's HTML, and the `Retry-After` seconds.
+    pub(crate) fn render(self) -> (u16, String, Option<u64>) {
+        let alert = |text: &str| format!(r#"<p class="error" role="alert">{text}</p>"#);
+        match self {
+            Notice::None => (200, String::new(), None),
+            Notice::WrongPassword => (
+                400,
+                alert("The e-mail or the password is wrong. Please try again."),
+                None,
+            ),
+            Notice::SessionExpired => (
+                400,
+                alert("Your sign-in expired. Please sign in again."),
+                None,
+            ),
+            Notice::TooManyAttempts { retry_after } => (
+                429,
+                alert(&format!(
+                    "Too many failed sign-in attempts. For your account's safety, please try again in {}.",
+                    wait_text(retry_after)
+                )),
+                Some(retry_after),
+            ),
+            Notice::Busy { retry_after } => (
+                503,
+                alert(&format!(
+                    "The service is busy. Please try again in {}.",
+                    wait_text(retry_after)
+                )),
+                Some(retry_after),
+            ),
+        }
+    }
+}
+
+/// Why a sign-in did not go through.
+pub(crate) enum SignInRefused {
+    /// Shown on the sign-in page: a wrong password, throttled, or busy.
+    Notice(Notice),
+    /// The store failed.
+    Store(StoreError),
 }
 
 /// A submitted dialog form. Unknown fields are ignored; a field sent twice
@@ -265,12 +314,28 @@ impl DialogState {
         self.clock.now().unix_timestamp()
     }
 
+    /// The gateway.
+    pub(crate) fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
+    /// The keys of sessions and CSRF tokens.
+    pub(crate) fn keys(&self) -> &PageKeys {
+        &self.keys
+    }
+
+    /// A `Set-Cookie` value for the dialog's cookies.
     fn cookie_header(&self, name: &str, value: &str, max_age: i64) -> String {
-        set_cookie(name, value, max_age, self.secure_cookies)
+        self.cookie_at(DIALOG_PATH, name, value, max_age)
+    }
+
+    /// A `Set-Cookie` value for a cookie of the pages under `path`.
+    pub(crate) fn cookie_at(&self, path: &str, name: &str, value: &str, max_age: i64) -> String {
+        set_cookie(name, value, path, max_age, self.secure_cookies)
     }
 
     /// The browser's session, if it has a valid one for an existing account.
-    async fn session(&self, headers: &HeaderMap) -> Result<Option<Session>, StoreError> {
+    pub(crate) async fn session(&self, headers: &HeaderMap) -> Result<Option<Session>, StoreError> {
         let Some(value) = cookie(headers, SESSION_COOKIE) else {
             return Ok(None);
         };
@@ -297,46 +362,72 @@ impl DialogState {
         if nonce.is_empty() || !same_token(&self.keys.login_token(nonce, &form.query), &form.csrf) {
             return csrf_refused(&form.query);
         }
-        let page = |notice| self.login_page(headers, request, &form.query, &form.email, notice);
-        let attempt = match self.throttle.admit(&form.email, peer, self.now()) {
-            Ok(attempt) => attempt,
-            Err(Throttled { retry_after }) => return page(Notice::TooManyAttempts { retry_after }),
+        let account = match self.sign_in(&form.email, &form.password, peer).await {
+            Ok(account) => account,
+            Err(SignInRefused::Store(error)) => {
+                return self.dialog_error(&DialogError::Store(error));
+            }
+            Err(SignInRefused::Notice(notice)) => {
+                return self.login_page(headers, request, &form.query, &form.email, notice);
+            }
         };
-        let account = match self.gateway.find_account_by_email(&form.email).await {
+        // Post/redirect/get: reloading the consent screen never resends the
+        // password.
+        let mut response = see_other(&form.query);
+        self.start_session(&mut response, account.id, DIALOG_PATH);
+        response
+    }
+
+    /// Checks a sign-in: the throttle, then the store and Argon2, in order
+    /// of cost, so that a refused attempt costs neither of the last two.
+    /// The caller has checked the form's CSRF token.
+    pub(crate) async fn sign_in(
+        &self,
+        email: &str,
+        password: &str,
+        peer: IpAddr,
+    ) -> Result<Account, SignInRefused> {
+        let attempt = match self.throttle.admit(email, peer, self.now()) {
+            Ok(attempt) => attempt,
+            Err(Throttled { retry_after }) => {
+                return Err(SignInRefused::Notice(Notice::TooManyAttempts {
+                    retry_after,
+                }));
+            }
+        };
+        let account = match self.gateway.find_account_by_email(email).await {
             Ok(account) => account,
             Err(error) => {
                 self.throttle.settle(attempt, Outcome::Unchecked);
-                return self.dialog_error(&DialogError::Store(error));
+                return Err(SignInRefused::Store(error));
             }
         };
         let hash = account.as_ref().and_then(|a| a.password_hash.clone());
-        let verified = match self
-            .hashing
-            .verify(&self.passwords, &form.password, hash)
-            .await
-        {
+        let verified = match self.hashing.verify(&self.passwords, password, hash).await {
             Ok(verified) => verified,
             Err(Busy { retry_after }) => {
                 self.throttle.settle(attempt, Outcome::Unchecked);
-                return page(Notice::Busy { retry_after });
+                return Err(SignInRefused::Notice(Notice::Busy { retry_after }));
             }
         };
         let Some(account) = account.filter(|_| verified) else {
             self.throttle.settle(attempt, Outcome::Failed);
-            return page(Notice::WrongPassword);
+            return Err(SignInRefused::Notice(Notice::WrongPassword));
         };
         self.throttle.settle(attempt, Outcome::Succeeded);
-        // Post/redirect/get: reloading the consent screen never resends the
-        // password.
+        Ok(account)
+    }
+
+    /// Starts a session for `account` on `response`, for the pages under
+    /// `path`, and ends the login nonce there, which has served.
+    pub(crate) fn start_session(&self, response: &mut Response, account: AccountId, path: &str) {
         let session = self
             .keys
-            .session_value(account.id, self.now() + SESSION_SECONDS);
-        let mut response = see_other(&form.query);
-        let started = self.cookie_header(SESSION_COOKIE, &session, SESSION_SECONDS);
-        append_header(&mut response, header::SET_COOKIE, &started);
-        let used = self.cookie_header(LOGIN_COOKIE, "", 0);
-        append_header(&mut response, header::SET_COOKIE, &used);
-        response
+            .session_value(account, self.now() + SESSION_SECONDS);
+        let started = self.cookie_at(path, SESSION_COOKIE, &session, SESSION_SECONDS);
+        append_header(response, header::SET_COOKIE, &started);
+        let used = self.cookie_at(path, LOGIN_COOKIE, "", 0);
+        append_header(response, header::SET_COOKIE, &used);
     }
 
     /// The sign-in page, with a login nonce cookie (kept if the browser has
@@ -350,36 +441,7 @@ impl DialogState {
         notice: Notice,
     ) -> Response {
         let nonce = login_nonce(headers).map_or_else(|| random_token(16), str::to_owned);
-        let alert = |text: &str| format!(r#"<p class="error" role="alert">{text}</p>"#);
-        let (status, notice, retry_after) = match notice {
-            Notice::None => (200, String::new(), None),
-            Notice::WrongPassword => (
-                400,
-                alert("The e-mail or the password is wrong. Please try again."),
-                None,
-            ),
-            Notice::SessionExpired => (
-                400,
-                alert("Your sign-in expired. Please sign in again."),
-                None,
-            ),
-            Notice::TooManyAttempts { retry_after } => (
-                429,
-                alert(&format!(
-                    "Too many failed sign-in attempts. For your account's safety, please try again in {}.",
-                    wait_text(retry_after)
-                )),
-                Some(retry_after),
-            ),
-            Notice::Busy { retry_after } => (
-                503,
-                alert(&format!(
-                    "The service is busy. Please try again in {}.",
-                    wait_text(retry_after)
-                )),
-                Some(retry_after),
-            ),
-        };
+        let (status, notice, retry_after) = notice.render();
         let body = format!(
             r#"<h1>Sign in</h1>
 <p><strong>{app}</strong> wants to access your account. Sign in to continue.</p>

@@ -12,6 +12,7 @@
 //! |---|---|
 //! | `main.rs` | the command line, logging, start and shutdown |
 //! | `store.rs` | `--store`: memory, SQLite or PostgreSQL |
+//! | `account.rs` | the signed-in user's connected applications, `/account/apps` |
 //! | `app.rs` | the whole app as one router, with the request log |
 //! | `dialog.rs` | the sign-in and consent pages and their forms |
 //! | `session.rs` | the session cookie, the login nonce, CSRF tokens |
@@ -22,6 +23,7 @@
 //! | `demo.rs` | the demo app, account and API key, and their file |
 //! | `serve.rs` | the connections: header timeout, cap, shutdown deadline |
 
+mod account;
 mod app;
 mod demo;
 mod dialog;

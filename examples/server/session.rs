@@ -120,6 +120,17 @@ impl PageKeys {
         mac(&self.csrf, &[b"login", nonce.as_bytes(), query.as_bytes()])
     }
 
+    /// The CSRF token of the account pages' sign-in form: bound to the
+    /// browser's login nonce cookie.
+    pub fn account_login_token(&self, nonce: &str) -> String {
+        mac(&self.csrf, &[b"account-login", nonce.as_bytes()])
+    }
+
+    /// The CSRF token of the account pages' forms: bound to the session.
+    pub fn account_token(&self, session: &str) -> String {
+        mac(&self.csrf, &[b"account", session.as_bytes()])
+    }
+
     /// The consent form's CSRF token: bound to the session and to the dialog
     /// request.
     pub fn consent_token(&self, session: &str, query: &str) -> String {
@@ -153,12 +164,13 @@ pub fn login_nonce(headers: &HeaderMap) -> Option<&str> {
     })
 }
 
-/// A `Set-Cookie` value for one of the dialog's cookies: only sent back to
-/// the dialog, never to scripts, not on cross-site posts, and over HTTPS
+/// A `Set-Cookie` value for one of the pages' cookies: only sent back to
+/// the pages under `path` (the dialog's, or the account's: each keeps its
+/// own session), never to scripts, not on cross-site posts, and over HTTPS
 /// only when the service is on HTTPS.
-pub fn set_cookie(name: &str, value: &str, max_age: i64, secure: bool) -> String {
+pub fn set_cookie(name: &str, value: &str, path: &str, max_age: i64, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
-    format!("{name}={value}; Path=/auth/dialog; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}")
+    format!("{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}")
 }
 
 /// `bytes` random bytes from the operating system, base64url.

@@ -7,6 +7,7 @@
 //! in-process (the throttle's arithmetic, the accept loop, clock-driven
 //! expiry) are the example's own unit tests (`cargo test --examples`).
 
+mod account;
 mod browser;
 mod dialog;
 mod introspection;
