@@ -2,7 +2,7 @@
 
 use time::Duration;
 
-use crate::{ConversionLimits, RefreshPolicy};
+use crate::{ConversionLimits, LimiterFailure, RateLimits, RefreshPolicy};
 
 /// The service's configuration.
 #[derive(Clone, Debug)]
@@ -54,6 +54,13 @@ pub struct GatewayConfig {
     /// [`crate::Gateway::rotate_client_secret`] keeps working, so that the
     /// application can deploy the new one. Default 24 hours.
     pub client_secret_overlap: Duration,
+    /// Events per lead, account and credential (see
+    /// [`crate::RateLimits`]): by default 120 per contact e-mail in 24
+    /// hours, the others off.
+    pub rate_limits: RateLimits,
+    /// What intake does when the rate limiter cannot count (its Redis is
+    /// down): accept uncounted (the default) or refuse with 503.
+    pub rate_limiter_failure: LimiterFailure,
 }
 
 impl GatewayConfig {
@@ -72,6 +79,8 @@ impl GatewayConfig {
             purge_batch: 1000,
             api_key_cache_ttl: Duration::seconds(10),
             client_secret_overlap: Duration::hours(24),
+            rate_limits: RateLimits::default(),
+            rate_limiter_failure: LimiterFailure::Open,
         }
     }
 

@@ -18,8 +18,8 @@ use crate::{
     Account, AccountId, AccountStore, AnswerContext, ApiKey, ApiKeyError, ApiKeyId, ApiKeyRecord,
     ApiKeyStore, Client, ClientId, ClientRegistration, ClientRegistry, ClientSecret, Clock,
     EventSink, GatewayConfig, HttpAnswer, MemoryAccountStore, MemoryApiKeyStore,
-    MemoryClientRegistry, MemoryEventSink, MemoryTokenStore, OsRandom, RandomSource, SecretHasher,
-    StoreError, SystemClock, ToHttpAnswer, TokenStore,
+    MemoryClientRegistry, MemoryEventSink, MemoryRateLimiter, MemoryTokenStore, OsRandom,
+    RandomSource, RateLimiter, SecretHasher, StoreError, SystemClock, ToHttpAnswer, TokenStore,
 };
 
 /// The stores a [`Gateway`] works on, one per storage trait.
@@ -81,6 +81,8 @@ pub struct Gateway {
     /// The services allowed to introspect any token
     /// ([`Gateway::with_resource_server`]).
     pub(crate) resource_servers: Vec<ResourceServer>,
+    /// Counts events against [`GatewayConfig::rate_limits`].
+    pub(crate) rate_limiter: Arc<dyn RateLimiter>,
 }
 
 impl Gateway {
@@ -96,12 +98,21 @@ impl Gateway {
             clock: Arc::new(SystemClock),
             random: Arc::new(OsRandom),
             resource_servers: Vec::new(),
+            rate_limiter: Arc::new(MemoryRateLimiter::new()),
         }
     }
 
     /// Replaces the clock (tests use a [`crate::ManualClock`]).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Replaces the rate limiter (by default a [`MemoryRateLimiter`], exact
+    /// for one instance): a [`crate::RedisRateLimiter`] shares the counts
+    /// of every instance behind a load balancer.
+    pub fn with_rate_limiter(mut self, limiter: Arc<dyn RateLimiter>) -> Self {
+        self.rate_limiter = limiter;
         self
     }
 

@@ -154,11 +154,11 @@ pub use oauth::decisions::Caller;
 pub use oauth::dialog::{Approval, AuthorizationRequest, Denial, DialogError};
 pub use oauth::grant::{Grant, GrantId};
 pub use oauth::introspection::{ActiveToken, Introspection, TokenKind};
+pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp};
 pub use oauth::metadata::{
     AUTHORIZATION_PATH, AuthorizationServerMetadata, INTROSPECTION_PATH, METADATA_PATH,
     REVOCATION_PATH, TOKEN_PATH,
 };
-pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp};
 pub use oauth::refresh_policy::RefreshPolicy;
 pub use oauth::revocation::{Revocation, RevocationError};
 pub use oauth::token_endpoint::TokenResponse;
@@ -174,6 +174,12 @@ pub use intake::endpoint::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
 pub use intake::event::{
     EventPayload, EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel,
     RecordOutcome, RecordedEvent,
+};
+#[cfg(feature = "redis")]
+pub use intake::rate_limit::RedisRateLimiter;
+pub use intake::rate_limit::{
+    Admission, Charge, Limit, LimitKind, LimitParseError, LimiterError, LimiterFailure,
+    MemoryRateLimiter, RateLimited, RateLimiter, RateLimits,
 };
 pub use intake::validator::errors::{
     DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,

@@ -71,6 +71,8 @@ pub enum ParamsError {
 pub(crate) enum MediaType {
     Json,
     Form,
+    /// `text/plain`: what `navigator.sendBeacon` sends a string as.
+    Text,
 }
 
 /// The media type of `content_type`, ignoring parameters (`; charset=...`,
@@ -81,6 +83,8 @@ pub(crate) fn media_type(content_type: &str) -> Option<MediaType> {
         Some(MediaType::Json)
     } else if essence.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
         Some(MediaType::Form)
+    } else if essence.eq_ignore_ascii_case("text/plain") {
+        Some(MediaType::Text)
     } else {
         None
     }
@@ -128,7 +132,7 @@ impl Params {
             None if body.iter().all(u8::is_ascii_whitespace) => Ok(Self::default()),
             Some(Some(MediaType::Json)) => Self::from_json(body),
             Some(Some(MediaType::Form)) => Self::from_form(body),
-            None | Some(None) => Err(ParamsError::UnsupportedMediaType),
+            None | Some(None | Some(MediaType::Text)) => Err(ParamsError::UnsupportedMediaType),
         }
     }
 
@@ -227,7 +231,12 @@ mod tests {
             Some(MediaType::Form)
         );
         assert_eq!(media_type("Application/JSON"), Some(MediaType::Json));
-        assert_eq!(media_type("text/plain"), None);
+        assert_eq!(media_type("text/plain"), Some(MediaType::Text));
+        assert_eq!(
+            media_type("Text/Plain;charset=UTF-8"),
+            Some(MediaType::Text)
+        );
+        assert_eq!(media_type("text/html"), None);
         assert_eq!(media_type("application/jsonx"), None);
     }
 

@@ -33,7 +33,9 @@ use uuid::Uuid;
 
 use crate::dialog::{DialogState, Notice, SignInRefused};
 use crate::pages::{append_header, escape, message_page, page};
-use crate::session::{LOGIN_COOKIE, SESSION_SECONDS, Session, cookie, login_nonce, random_token, same_token};
+use crate::session::{
+    LOGIN_COOKIE, SESSION_SECONDS, Session, cookie, login_nonce, random_token, same_token,
+};
 
 /// The page's path.
 pub const APPS_PATH: &str = "/account/apps";
@@ -52,7 +54,9 @@ pub fn routes<S: Clone + Send + Sync + 'static>(state: DialogState) -> Router<S>
             StatusCode::SERVICE_UNAVAILABLE,
             conversion_gateway::axum::REQUEST_TIMEOUT,
         ))
-        .layer(axum::middleware::from_fn(conversion_gateway::axum::json_errors))
+        .layer(axum::middleware::from_fn(
+            conversion_gateway::axum::json_errors,
+        ))
         .with_state(state)
 }
 
@@ -125,8 +129,7 @@ async fn apps_form(
     match form.action.as_str() {
         "login" => {
             let nonce = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
-            if nonce.is_empty() || !same_token(&app.keys().account_login_token(nonce), &form.csrf)
-            {
+            if nonce.is_empty() || !same_token(&app.keys().account_login_token(nonce), &form.csrf) {
                 return form_expired();
             }
             match app.sign_in(&form.email, &form.password, peer.ip()).await {
@@ -177,7 +180,10 @@ async fn list_page(app: &DialogState, session: &Session, notice: Option<&str>) -
         Err(error) => return unavailable(&error),
     };
     let csrf = app.keys().account_token(&session.cookie);
-    let rows: String = apps.iter().map(|connected| app_row(connected, &csrf)).collect();
+    let rows: String = apps
+        .iter()
+        .map(|connected| app_row(connected, &csrf))
+        .collect();
     let list = if apps.is_empty() {
         "<p>No application is connected to this account.</p>".to_owned()
     } else {
@@ -214,9 +220,10 @@ fn app_row(connected: &ConnectedApp, csrf: &str) -> String {
 "#,
         name = escape(&connected.name),
         authorized = date(connected.authorized_at),
-        refreshed = connected
-            .last_refreshed_at
-            .map_or_else(|| "never".to_owned(), |at| format!("<time>{}</time>", date(at))),
+        refreshed = connected.last_refreshed_at.map_or_else(
+            || "never".to_owned(),
+            |at| format!("<time>{}</time>", date(at))
+        ),
         grant = connected.grant_id,
     )
 }

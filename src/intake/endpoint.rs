@@ -13,9 +13,10 @@ use crate::intake::api_key_cache::KeyOwner;
 use crate::random::time_ordered_uuid;
 use crate::request::{MediaType, Params, media_type};
 use crate::{
-    Account, AnswerContext, ApiKey, BearerError, ConversionEvent, EventSubmission, Gateway,
-    HttpAnswer, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome, RecordedEvent,
-    RequestParts, StoreError, ToHttpAnswer, ValidationErrors, validate_batch, validate_conversion,
+    Account, Admission, AnswerContext, ApiKey, BearerError, Charge, ConversionEvent,
+    EventSubmission, Gateway, HttpAnswer, IdempotencyClaim, IdempotencyScope, IntakeChannel,
+    LimitKind, LimiterFailure, RateLimited, RecordOutcome, RecordedEvent, RequestParts, StoreError,
+    ToHttpAnswer, ValidationErrors, validate_batch, validate_conversion,
 };
 
 /// The longest `Idempotency-Key` accepted, in bytes.
@@ -32,7 +33,8 @@ pub enum IntakeError {
     /// The bearer token did not authenticate.
     #[error(transparent)]
     Bearer(#[from] BearerError),
-    /// The body is not `application/json`.
+    /// The body is not `application/json` (or, on the conversion route,
+    /// `text/plain`, as `navigator.sendBeacon` sends it).
     #[error("the content type must be application/json")]
     UnsupportedMediaType,
     /// The query string could not be read.
@@ -47,13 +49,22 @@ pub enum IntakeError {
     /// The `Idempotency-Key` was used before with a different request.
     #[error("this Idempotency-Key was already used with a different request")]
     IdempotencyKeyReused,
+    /// The request would exceed a limit: nothing was recorded.
+    #[error(transparent)]
+    RateLimited(#[from] RateLimited),
+    /// The rate limiter could not count and is configured to fail closed
+    /// ([`crate::LimiterFailure::Closed`]): nothing was recorded, and the
+    /// client may retry.
+    #[error("the rate limiter is unavailable")]
+    LimiterUnavailable,
     /// The store failed: nothing was recorded, and the client may retry.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// A 400, 401, 413, 415 or 422 with the service's error body, the bearer
-/// challenge, or the store's 503. Exhaustive.
+/// A 400, 401, 413, 415, 422 or 429 with the service's error body, the
+/// bearer challenge, or a 503 (the store's, or the limiter's when it fails
+/// closed). Exhaustive.
 impl ToHttpAnswer for IntakeError {
     fn to_http_answer(&self, context: &AnswerContext<'_>) -> HttpAnswer {
         let message = self.to_string();
@@ -72,6 +83,13 @@ impl ToHttpAnswer for IntakeError {
             IntakeError::IdempotencyKeyReused => {
                 HttpAnswer::error(422, "IDEMPOTENCY_KEY_REUSED", &message)
             }
+            IntakeError::RateLimited(refusal) => refusal.to_http_answer(context),
+            IntakeError::LimiterUnavailable => HttpAnswer::error(
+                503,
+                "SERVICE_UNAVAILABLE",
+                "the service is temporarily unavailable, please retry",
+            )
+            .with_header("retry-after", "1"),
             IntakeError::Store(error) => error.to_http_answer(context),
         }
     }
@@ -271,7 +289,17 @@ impl Gateway {
         route: Route,
     ) -> Result<IntakeReceipt, IntakeError> {
         let Credential { channel, scope } = credential;
-        if request.content_type.and_then(media_type) != Some(MediaType::Json) {
+        let accepted = match (route, request.content_type.and_then(media_type)) {
+            (_, Some(MediaType::Json)) => true,
+            // A page's `navigator.sendBeacon` (so that a conversion survives
+            // the page being closed), or a `fetch` without a CORS
+            // preflight, can only send another origin a CORS-safelisted
+            // type: a JSON string goes as `text/plain;charset=UTF-8`. The
+            // body is the same JSON, validated the same way.
+            (Route::Conversion, Some(MediaType::Text)) => true,
+            _ => false,
+        };
+        if !accepted {
             return Err(IntakeError::UnsupportedMediaType);
         }
         let idempotency_key = match request.idempotency_key {
@@ -293,6 +321,7 @@ impl Gateway {
             .iter()
             .map(|event| self.recorded_event(event, account, &channel, now))
             .collect();
+        let charges = self.charges(account, &scope, &recorded);
         let batch_uuid =
             matches!(route, Route::Batch).then(|| time_ordered_uuid(now, &*self.random));
         let idempotency = idempotency_key.map(|key| IdempotencyClaim {
@@ -308,23 +337,129 @@ impl Gateway {
             batch_uuid,
             idempotency,
         };
-        match self.stores.events.record(&submission).await? {
-            RecordOutcome::Recorded => Ok(IntakeReceipt {
-                event_uuids: submission.events.iter().map(|e| e.event_uuid).collect(),
-                batch_uuid,
-                replayed: false,
-                dropped_attributes,
-            }),
-            RecordOutcome::Replayed {
-                event_uuids,
-                batch_uuid,
-            } => Ok(IntakeReceipt {
-                event_uuids,
-                batch_uuid,
-                replayed: true,
-                dropped_attributes,
-            }),
-            RecordOutcome::KeyReused => Err(IntakeError::IdempotencyKeyReused),
+        let charged = match self.charge(&charges, now).await {
+            Ok(charged) => charged,
+            // The retry of an accepted event is answered from its record
+            // even over the limit: it records nothing.
+            Err(refused @ IntakeError::RateLimited(_)) => {
+                let known = match &submission.idempotency {
+                    Some(claim) => self.stores.events.check_claim(claim).await?,
+                    None => None,
+                };
+                return match known {
+                    Some(outcome @ (RecordOutcome::Replayed { .. } | RecordOutcome::KeyReused)) => {
+                        receipt(outcome, &submission, dropped_attributes)
+                    }
+                    Some(RecordOutcome::Recorded) | None => Err(refused),
+                };
+            }
+            Err(error) => return Err(error),
+        };
+        let outcome = self.stores.events.record(&submission).await;
+        if charged && !matches!(outcome, Ok(RecordOutcome::Recorded)) {
+            // Nothing new was recorded (a replay, a reused key, a failed
+            // store): the request's charge is handed back. A refund that
+            // fails only leaves the counts a little high until the window
+            // ends.
+            let _ = self.rate_limiter.refund(&charges, now).await;
+        }
+        receipt(outcome?, &submission, dropped_attributes)
+    }
+
+    /// What `events` of `account`, sent with the credential of `scope`,
+    /// charge: one unit per event against each limit that is on, the lead
+    /// limit per distinct contact e-mail.
+    fn charges(
+        &self,
+        account: &Account,
+        scope: &IdempotencyScope,
+        events: &[RecordedEvent],
+    ) -> Vec<Charge> {
+        let limits = &self.config.rate_limits;
+        let cost = u32::try_from(events.len()).unwrap_or(u32::MAX);
+        let mut charges = Vec::new();
+        if let Some(limit) = limits.per_lead {
+            let mut leads: Vec<(String, u32)> = Vec::new();
+            for event in events {
+                let email = event.email.trim().to_lowercase();
+                match leads.iter_mut().find(|(known, _)| *known == email) {
+                    Some((_, count)) => *count += 1,
+                    None => leads.push((email, 1)),
+                }
+            }
+            for (email, count) in leads {
+                // The key holds a hash of the e-mail: no personal data in
+                // the limiter's store.
+                let digest = Sha256::digest(email.as_bytes());
+                charges.push(Charge {
+                    kind: LimitKind::Lead,
+                    limit,
+                    key: format!("lead:{}:{}", account.id.0.simple(), hex16(&digest)),
+                    subject: format!("the contact {email}"),
+                    cost: count,
+                });
+            }
+        }
+        if let Some(limit) = limits.per_account {
+            charges.push(Charge {
+                kind: LimitKind::Account,
+                limit,
+                key: format!("account:{}", account.id.0.simple()),
+                subject: format!("the account {}", account.id.0),
+                cost,
+            });
+        }
+        if let Some(limit) = limits.per_credential {
+            let (key, subject) = match scope {
+                IdempotencyScope::ApiKey(id) => (
+                    format!("api_key:{}", id.0.simple()),
+                    format!("the API key {}", id.0),
+                ),
+                IdempotencyScope::Client(id) => {
+                    (format!("client:{id}"), format!("the application {id}"))
+                }
+            };
+            charges.push(Charge {
+                kind: LimitKind::Credential,
+                limit,
+                key,
+                subject,
+                cost,
+            });
+        }
+        charges
+    }
+
+    /// Charges `charges`: `Ok(true)` if they were counted, `Ok(false)` if
+    /// the limiter failed and fails open (the request goes on uncounted).
+    async fn charge(
+        &self,
+        charges: &[Charge],
+        now: time::OffsetDateTime,
+    ) -> Result<bool, IntakeError> {
+        if charges.is_empty() {
+            return Ok(false);
+        }
+        match self.rate_limiter.charge(charges, now).await {
+            Ok(Admission::Admitted) => Ok(true),
+            Ok(Admission::Refused {
+                index,
+                used,
+                retry_after,
+            }) => {
+                let refused = &charges[index.min(charges.len() - 1)];
+                Err(IntakeError::RateLimited(RateLimited {
+                    kind: refused.kind,
+                    limit: refused.limit,
+                    subject: refused.subject.clone(),
+                    used,
+                    retry_after,
+                }))
+            }
+            Err(_) => match self.config.rate_limiter_failure {
+                LimiterFailure::Open => Ok(false),
+                LimiterFailure::Closed => Err(IntakeError::LimiterUnavailable),
+            },
         }
     }
 
@@ -347,6 +482,42 @@ impl Gateway {
             channel: channel.clone(),
         }
     }
+}
+
+/// The answer to `submission` once the store said `outcome`.
+fn receipt(
+    outcome: RecordOutcome,
+    submission: &EventSubmission,
+    dropped_attributes: Vec<String>,
+) -> Result<IntakeReceipt, IntakeError> {
+    match outcome {
+        RecordOutcome::Recorded => Ok(IntakeReceipt {
+            event_uuids: submission.events.iter().map(|e| e.event_uuid).collect(),
+            batch_uuid: submission.batch_uuid,
+            replayed: false,
+            dropped_attributes,
+        }),
+        RecordOutcome::Replayed {
+            event_uuids,
+            batch_uuid,
+        } => Ok(IntakeReceipt {
+            event_uuids,
+            batch_uuid,
+            replayed: true,
+            dropped_attributes,
+        }),
+        RecordOutcome::KeyReused => Err(IntakeError::IdempotencyKeyReused),
+    }
+}
+
+/// The first 16 bytes of a digest in hex: 128 bits, enough to tell leads
+/// apart.
+fn hex16(digest: &[u8]) -> String {
+    digest
+        .iter()
+        .take(16)
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// The paths of the attributes that were accepted and dropped. The

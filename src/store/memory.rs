@@ -16,8 +16,8 @@ use uuid::Uuid;
 use crate::{
     AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
     Client, ClientId, ClientRegistry, CodeLookup, CodeRecord, CodeTake, EventSink, EventSubmission,
-    Grant, GrantId, IdempotencyScope, PreviousSecret, RecordOutcome, RecordedEvent, RefreshState,
-    RefreshTokenRecord, Rotation, SecretHash, StoreError, TokenStore,
+    Grant, GrantId, IdempotencyClaim, IdempotencyScope, PreviousSecret, RecordOutcome,
+    RecordedEvent, RefreshState, RefreshTokenRecord, Rotation, SecretHash, StoreError, TokenStore,
 };
 
 /// Locks a mutex, ignoring poisoning: every critical section below leaves
@@ -529,6 +529,20 @@ struct Claim {
     batch_uuid: Option<Uuid>,
 }
 
+impl Claim {
+    /// The answer to `claim` of the same key while this one holds.
+    fn outcome_for(&self, claim: &IdempotencyClaim) -> RecordOutcome {
+        if self.fingerprint == claim.fingerprint {
+            RecordOutcome::Replayed {
+                event_uuids: self.event_uuids.clone(),
+                batch_uuid: self.batch_uuid,
+            }
+        } else {
+            RecordOutcome::KeyReused
+        }
+    }
+}
+
 #[derive(Default)]
 struct EventState {
     /// A B-tree, not a hash map: a hash map that outgrows its table moves
@@ -578,14 +592,7 @@ impl EventSink for MemoryEventSink {
                 .get(&id)
                 .filter(|existing| existing.expires_at > claim.created_at)
             {
-                return Ok(if existing.fingerprint == claim.fingerprint {
-                    RecordOutcome::Replayed {
-                        event_uuids: existing.event_uuids.clone(),
-                        batch_uuid: existing.batch_uuid,
-                    }
-                } else {
-                    RecordOutcome::KeyReused
-                });
+                return Ok(existing.outcome_for(claim));
             }
         }
         // Check every uuid before inserting any: all or nothing.
@@ -611,6 +618,19 @@ impl EventSink for MemoryEventSink {
             );
         }
         Ok(RecordOutcome::Recorded)
+    }
+
+    async fn check_claim(
+        &self,
+        claim: &IdempotencyClaim,
+    ) -> Result<Option<RecordOutcome>, StoreError> {
+        let state = lock(&self.state);
+        let id = (claim.account_id, claim.scope.clone(), claim.key.clone());
+        Ok(state
+            .claims
+            .get(&id)
+            .filter(|existing| existing.expires_at > claim.created_at)
+            .map(|existing| existing.outcome_for(claim)))
     }
 
     async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {

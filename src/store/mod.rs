@@ -38,8 +38,8 @@ use uuid::Uuid;
 
 use crate::{
     AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeRecord,
-    EventSubmission, Grant, GrantId, RecordOutcome, RecordedEvent, RefreshTokenRecord, SecretHash,
-    StoreError,
+    EventSubmission, Grant, GrantId, IdempotencyClaim, RecordOutcome, RecordedEvent,
+    RefreshTokenRecord, SecretHash, StoreError,
 };
 
 /// What [`TokenStore::find_code`] found.
@@ -374,6 +374,21 @@ pub trait EventSink: Send + Sync {
     /// `Duplicate` if an event uuid exists; `Backend` on failure, with
     /// nothing recorded.
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError>;
+
+    /// What [`EventSink::record`] would answer a submission with `claim`
+    /// because of the key alone, without recording anything:
+    /// [`RecordOutcome::Replayed`] or [`RecordOutcome::KeyReused`] when an
+    /// unexpired claim of the same account, scope and key exists (as
+    /// `record` judges it), `None` when none does. The gateway asks it for
+    /// a request over a rate limit, so that the retry of an accepted event
+    /// is still answered from its record.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn check_claim(
+        &self,
+        claim: &IdempotencyClaim,
+    ) -> Result<Option<RecordOutcome>, StoreError>;
 
     /// The event recorded under `event_uuid`.
     ///

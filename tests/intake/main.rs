@@ -1,7 +1,8 @@
 //! Conversion intake: the event routes through the `Gateway` (`routes`),
 //! the validator's rules (`validation`), its properties (`props`), the heap
-//! allocations it makes (`alloc`), and that every accepted event is
-//! storable alike in every store (`storable`).
+//! allocations it makes (`alloc`), that every accepted event is
+//! storable alike in every store (`storable`), and the rate limits
+//! (`rate_limits`).
 //!
 //! Linking `allocation-counter` (in `alloc`) installs its counting global
 //! allocator in this binary; it counts per thread, so the other tests, on
@@ -9,6 +10,7 @@
 
 mod alloc;
 mod props;
+mod rate_limits;
 mod routes;
 mod storable;
 mod validation;

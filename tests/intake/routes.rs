@@ -295,10 +295,15 @@ async fn wrong_content_type_malformed_and_oversized_bodies_are_json_errors() {
     let t = Intake::new().await;
     let query = format!("api_key={}", t.api_key);
     let event = conversion_body("lead@example.com").to_string();
-    let answer = t
-        .conversion(&query, event.as_bytes(), "text/plain", None)
-        .await;
-    assert_error(&answer, 415, "UNSUPPORTED_MEDIA_TYPE");
+    for other in [
+        "text/html",
+        "application/xml",
+        "multipart/form-data; boundary=x",
+        "",
+    ] {
+        let answer = t.conversion(&query, event.as_bytes(), other, None).await;
+        assert_error(&answer, 415, "UNSUPPORTED_MEDIA_TYPE");
+    }
     let answer = t
         .conversion(&query, b"{\"event_type\":", "application/json", None)
         .await;
@@ -308,6 +313,36 @@ async fn wrong_content_type_malformed_and_oversized_bodies_are_json_errors() {
     let answer = t.conversion(&query, &huge, "application/json", None).await;
     assert_eq!(answer.status, 413);
     assert_eq!(answer.header("content-type"), Some("application/json"));
+}
+
+#[tokio::test]
+async fn a_beacons_text_plain_conversion_is_recorded_in_any_charset() {
+    let t = Intake::new().await;
+    let query = format!("api_key={}", t.api_key);
+    for content_type in [
+        "text/plain;charset=UTF-8",
+        "text/plain",
+        "Text/Plain; charset=utf-8",
+        "text/plain; charset=ISO-8859-1",
+    ] {
+        let event = conversion_body("beacon@example.com").to_string();
+        let answer = t
+            .conversion(&query, event.as_bytes(), content_type, None)
+            .await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{content_type}: {:?}",
+            answer.json_body()
+        );
+        let stored = t.stored(&answer).await.expect("recorded");
+        assert_eq!(stored.email, "beacon@example.com");
+    }
+    // The body is validated as any other: a broken one is a 400.
+    let answer = t
+        .conversion(&query, b"{\"event_type\":", "text/plain", None)
+        .await;
+    assert_eq!(answer.status, 400);
 }
 
 #[tokio::test]

@@ -617,10 +617,20 @@ async fn wrong_content_types_are_415_json() {
         .await
         .assert_error(415, "UNSUPPORTED_MEDIA_TYPE");
     let conversion = format!("/platform/conversions?api_key={}", server.demo.api_key);
+    let html = [("content-type", "text/html")];
     server
-        .post(&conversion, &text, body)
+        .post(&conversion, &html, body.clone())
         .await
         .assert_error(415, "UNSUPPORTED_MEDIA_TYPE");
+    // A beacon's text/plain is the conversion route's only other type.
+    let beacon = server
+        .post(
+            &conversion,
+            &[("content-type", "text/plain;charset=UTF-8")],
+            body,
+        )
+        .await;
+    assert_eq!(beacon.status, 200, "{:?}", beacon.text());
     server
         .post("/auth/token", &[("content-type", "text/plain")], "code=x")
         .await

@@ -146,6 +146,51 @@ pub(super) async fn check_events(sink: &dyn EventSink, account: AccountId) {
         );
     }
 
+    // check_claim answers as record would, and records nothing.
+    let check = |fingerprint: u8, at| claim(account, &key, fingerprint, at);
+    assert_eq!(
+        sink.check_claim(&check(1, base_time() + Duration::minutes(6)))
+            .await
+            .expect("check_claim"),
+        Some(RecordOutcome::Replayed {
+            event_uuids: first.events.iter().map(|e| e.event_uuid).collect(),
+            batch_uuid: first.batch_uuid,
+        }),
+        "check_claim: the same fingerprint replays"
+    );
+    assert_eq!(
+        sink.check_claim(&check(2, base_time() + Duration::minutes(6)))
+            .await
+            .expect("check_claim"),
+        Some(RecordOutcome::KeyReused),
+        "check_claim: another fingerprint is a reused key"
+    );
+    assert_eq!(
+        sink.check_claim(&check(1, base_time() + Duration::hours(24)))
+            .await
+            .expect("check_claim"),
+        None,
+        "check_claim: a claim holds while it expires after the new one is made"
+    );
+    assert_eq!(
+        sink.check_claim(&claim(account, "never-used", 1, base_time()))
+            .await
+            .expect("check_claim"),
+        None
+    );
+    assert_eq!(
+        sink.check_claim(&claim(
+            AccountId(random_uuid(&OsRandom)),
+            &key,
+            1,
+            base_time()
+        ))
+        .await
+        .expect("check_claim"),
+        None,
+        "check_claim: keys are per account"
+    );
+
     let later = EventSubmission {
         idempotency: Some(claim(account, &key, 2, base_time() + Duration::hours(25))),
         ..retry.clone()

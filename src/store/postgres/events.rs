@@ -18,7 +18,9 @@ use uuid::Uuid;
 use crate::store::sql::group_commit::{Job, RECORD, answer};
 use crate::store::sql::records::{channel_to_json, event_from, replay_or_reuse};
 use crate::store::sql::{self, backend, fails_on_data, find_row, insert_failed, lost_connection};
-use crate::{EventSink, EventSubmission, RecordOutcome, RecordedEvent, StoreError};
+use crate::{
+    EventSink, EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError,
+};
 
 use super::PgStore;
 use super::columns::Columns;
@@ -374,6 +376,22 @@ impl EventSink for PgStore {
             Some(queue) => queue.record(submission).await,
             None => record_alone(&self.pool, submission).await,
         }
+    }
+
+    async fn check_claim(
+        &self,
+        claim: &IdempotencyClaim,
+    ) -> Result<Option<RecordOutcome>, StoreError> {
+        const ACTION: &str = "check an idempotency claim";
+        let statement = sqlx::query(
+            "SELECT fingerprint, event_uuids, batch_uuid FROM idempotency_claims
+             WHERE account_id = $1 AND scope = $2 AND key = $3 AND expires_at > $4",
+        )
+        .bind(claim.account_id.0)
+        .bind(claim.scope.to_stored())
+        .bind(&claim.key)
+        .bind(claim.created_at);
+        find_row(&self.pool, statement, ACTION, |c| replay_or_reuse(c, claim)).await
     }
 
     async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {

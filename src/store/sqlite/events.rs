@@ -5,9 +5,11 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::store::sql::records::event_from;
+use crate::store::sql::records::{event_from, replay_or_reuse};
 use crate::store::sql::{self, find_row};
-use crate::{EventSink, EventSubmission, RecordOutcome, RecordedEvent, StoreError};
+use crate::{
+    EventSink, EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError,
+};
 
 use super::SqliteStore;
 use super::columns::{micros, uuid_text};
@@ -16,6 +18,25 @@ use super::columns::{micros, uuid_text};
 impl EventSink for SqliteStore {
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
         self.events.record(submission).await
+    }
+
+    async fn check_claim(
+        &self,
+        claim: &IdempotencyClaim,
+    ) -> Result<Option<RecordOutcome>, StoreError> {
+        const ACTION: &str = "check an idempotency claim";
+        let statement = sqlx::query(
+            "SELECT fingerprint, event_uuids, batch_uuid FROM idempotency_claims
+             WHERE account_id = ? AND scope = ? AND key = ? AND expires_at > ?",
+        )
+        .bind(uuid_text(claim.account_id.0))
+        .bind(claim.scope.to_stored())
+        .bind(&claim.key)
+        .bind(micros(claim.created_at)?);
+        find_row(&self.reader, statement, ACTION, |c| {
+            replay_or_reuse(c, claim)
+        })
+        .await
     }
 
     async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {

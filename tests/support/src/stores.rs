@@ -19,6 +19,12 @@ impl conversion_gateway::EventSink for DownStore {
     ) -> Result<conversion_gateway::RecordOutcome, conversion_gateway::StoreError> {
         down()
     }
+    async fn check_claim(
+        &self,
+        _: &conversion_gateway::IdempotencyClaim,
+    ) -> Result<Option<conversion_gateway::RecordOutcome>, conversion_gateway::StoreError> {
+        down()
+    }
     async fn find_event(
         &self,
         _: uuid::Uuid,
