@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --example server -- --demo-credentials demo.json
+//! cargo run --example server -- admin client create --name "Lead Sync" --redirect-uri https://app.example/cb
 //! ```
 //!
 //! The JSON routes are the library's (`conversion_gateway::axum::router`);
@@ -11,6 +12,7 @@
 //! | file | what |
 //! |---|---|
 //! | `main.rs` | the command line, logging, start and shutdown |
+//! | `admin.rs` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
 //! | `store.rs` | `--store`: memory, SQLite or PostgreSQL |
 //! | `account.rs` | the signed-in user's connected applications, `/account/apps` |
 //! | `app.rs` | the whole app as one router, with the request log |
@@ -24,6 +26,7 @@
 //! | `serve.rs` | the connections: header timeout, cap, shutdown deadline |
 
 mod account;
+mod admin;
 mod app;
 mod demo;
 mod dialog;
@@ -67,6 +70,7 @@ const USAGE: &str = "\
 Runs the conversion-gateway service on one address.
 
 Usage: cargo run --example server -- [OPTIONS]
+       cargo run --example server -- admin COMMAND [OPTIONS]
 
 Options:
   --listen ADDR            Address to listen on [default: 127.0.0.1:8080]
@@ -100,6 +104,17 @@ Options:
                            detection); rotate retires every token at once;
                            reuse never changes it [default: adaptive]
   -h, --help               Print this help
+
+Operator commands (admin --help tells more), on the store and key given by
+--store and --key-file, each printing one JSON object, the server not started:
+  admin account create --name NAME --email EMAIL
+  admin client create --name NAME --redirect-uri URI [...] [--require-pkce]
+  admin client rotate-secret | disable | enable --client-id ID
+  admin client redirect-uris --client-id ID --redirect-uri URI [...]
+  admin api-key issue --account EMAIL [--label LABEL]
+  admin api-key disable | enable --id ID
+  admin grants --account EMAIL
+  admin grant revoke --id ID
 
 Sign-ins are throttled: after 5 failures for one account from one address,
 20 for one account, or 20 from one address within 15 minutes, the sign-in
@@ -249,7 +264,12 @@ fn base_url(text: &str) -> Result<String, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1)) {
+    let mut arguments = std::env::args().skip(1).peekable();
+    // Before the server's own flags: `admin` takes flags of its own.
+    if arguments.peek().is_some_and(|first| first == "admin") {
+        return admin::run(arguments.skip(1)).await;
+    }
+    let args = match Args::parse(arguments) {
         Ok(Some(args)) => args,
         Ok(None) => {
             print!("{USAGE}");
