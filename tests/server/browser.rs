@@ -44,6 +44,83 @@ const WRONG_PASSWORD_ALERT: &str = "The e-mail or the password is wrong. Please 
 // --- scenarios -----------------------------------------------------------------
 
 #[tokio::test]
+async fn a_landing_page_on_another_origin_sends_a_conversion_with_send_beacon() {
+    let harness = Harness::start("beacon").await;
+    let landing = serve_landing_page(&harness.demo).await;
+    let log = harness.server.log.clone();
+    harness
+        .run(move |client, _demo| async move {
+            client.goto(&landing).await.expect("open the landing page");
+            let deadline = Instant::now() + STEP;
+            loop {
+                let title = client.title().await.expect("the title");
+                if title == "queued" {
+                    break;
+                }
+                assert!(title != "refused", "sendBeacon refused to queue it");
+                assert!(Instant::now() < deadline, "the page never sent: {title:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // The browser sends the beacon in the background: the server's
+            // request log shows it arrived and was accepted (200, not 415).
+            let accepted = r#"method=POST path="/platform/conversions" status=200"#;
+            let deadline = Instant::now() + STEP;
+            loop {
+                let logs = std::fs::read_to_string(&log).unwrap_or_default();
+                if logs.contains(accepted) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the beacon was not accepted:\n{logs}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+}
+
+/// Serves, on a loopback port of its own (so another origin than the
+/// service's), the landing-page snippet of the README: it sends one
+/// conversion to the service with `navigator.sendBeacon`, which posts it as
+/// `text/plain;charset=UTF-8` with no CORS preflight, and sets its title to
+/// `queued` (or `refused`). Returns the page's address.
+async fn serve_landing_page(demo: &Demo) -> String {
+    let endpoint = format!(
+        "{}/platform/conversions?api_key={}",
+        demo.base_url, demo.api_key
+    );
+    let html = format!(
+        r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>landing</title></head>
+<body><h1>Thank you!</h1>
+<script>
+  const event = {{
+    event_type: "CONVERSION",
+    event_family: "CDP",
+    payload: {{ conversion_identifier: "landing-beacon", email: "beacon@example.com" }}
+  }};
+  const queued = navigator.sendBeacon("{endpoint}", JSON.stringify(event));
+  document.title = queued ? "queued" : "refused";
+</script>
+</body></html>"#
+    );
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .expect("a port for the landing page");
+    let address = listener.local_addr().expect("its address");
+    let app = axum::Router::new().route(
+        "/landing",
+        axum::routing::get(move || {
+            let html = html.clone();
+            async move { axum::response::Html(html) }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}/landing")
+}
+
+#[tokio::test]
 async fn allowing_access_lands_on_the_callback_with_a_code_and_the_state() {
     Harness::start("allow")
         .await

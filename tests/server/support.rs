@@ -94,7 +94,7 @@ pub struct Server {
     /// What its demo credentials file says.
     pub demo: Demo,
     /// Where its stderr goes.
-    log: PathBuf,
+    pub log: PathBuf,
     /// Holds the log and the demo credentials file, unless the test gave
     /// paths of its own.
     _dir: TempDir,
