@@ -599,6 +599,9 @@ fn start_server(
     let demo = dir.join(format!("{name}.demo.json"));
     let child = Command::new(binary)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--store", store])
+        // The flood repeats one contact's event: the default limit of 120
+        // per lead a day would refuse all but the first 120.
+        .args(["--limit-per-lead", "off"])
         .arg("--key-file")
         .arg(dir.join(format!("{name}.key")))
         .arg("--demo-credentials")

@@ -22,6 +22,7 @@
 //! | `throttle.rs` | the throttle of failed sign-ins |
 //! | `pages.rs` | the HTML template, escaping and the page headers |
 //! | `key_file.rs` | the server key and the private files' permissions |
+//! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
 //! | `demo.rs` | the demo app, account and API key, and their file |
 //! | `serve.rs` | the connections: header timeout, cap, shutdown deadline |
 
@@ -33,6 +34,7 @@ mod dialog;
 #[cfg(test)]
 mod dialog_tests;
 mod key_file;
+mod limits;
 mod pages;
 mod passwords;
 mod serve;
@@ -57,6 +59,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use demo::seed_demo;
 use dialog::{DialogState, LoginLimits};
 use key_file::{ServerKey, sqlite_files, warn_if_exposed};
+use limits::LimitSettings;
 use passwords::Passwords;
 use serve::{ConnectionLimits, Drained};
 use store::{OpenStore, StoreChoice};
@@ -103,6 +106,19 @@ Options:
                            keep working; clients that do get reuse
                            detection); rotate retires every token at once;
                            reuse never changes it [default: adaptive]
+  --limit-per-lead LIMIT   Events per contact e-mail of an account: COUNT/PERIOD,
+                           PERIOD a number with s, m or h (20/1m, 120/24h), or
+                           off [default: 120/24h]
+  --limit-per-account LIMIT
+                           Events per account on the event routes [default: off]
+  --limit-per-credential LIMIT
+                           Events per API key or per application [default: off]
+  --rate-limit-store STORE memory | redis://HOST:PORT: where the counts live;
+                           Redis shares them between instances [default: memory]
+  --rate-limit-failure WHAT
+                           open | closed: when Redis does not answer, accept
+                           events uncounted, or refuse them with 503
+                           [default: open]
   -h, --help               Print this help
 
 Operator commands (admin --help tells more), on the store and key given by
@@ -115,6 +131,10 @@ Operator commands (admin --help tells more), on the store and key given by
   admin api-key disable | enable --id ID
   admin grants --account EMAIL
   admin grant revoke --id ID
+
+A request over a limit is answered 429 with Retry-After, RateLimit-Policy and
+RateLimit headers, and nothing of it is recorded; a batch is charged per
+event, all or nothing; an Idempotency-Key replay is not charged again.
 
 Sign-ins are throttled: after 5 failures for one account from one address,
 20 for one account, or 20 from one address within 15 minutes, the sign-in
@@ -146,6 +166,8 @@ struct Args {
     connections: ConnectionLimits,
     /// `--refresh-policy`: the gateway's default refresh policy.
     refresh_policy: RefreshPolicy,
+    /// `--limit-per-*` and `--rate-limit-*`.
+    limits: LimitSettings,
 }
 
 /// The refresh policy a `--refresh-policy` value names, with the default
@@ -173,6 +195,7 @@ impl Args {
             demo_credentials: None,
             connections: ConnectionLimits::default(),
             refresh_policy: RefreshPolicy::default(),
+            limits: LimitSettings::default(),
         };
         while let Some(arg) = args.next() {
             if arg == "-h" || arg == "--help" {
@@ -207,6 +230,11 @@ impl Args {
                     parsed.connections.shutdown_timeout = seconds(&flag, &value()?)?;
                 }
                 "--refresh-policy" => parsed.refresh_policy = refresh_policy(&value()?)?,
+                _ if flag.starts_with("--limit-per-") || flag.starts_with("--rate-limit-") => {
+                    if !parsed.limits.apply(&flag, &value()?)? {
+                        return Err(format!("unknown argument {flag:?}"));
+                    }
+                }
                 _ => return Err(format!("unknown argument {flag:?}")),
             }
         }
@@ -354,8 +382,13 @@ async fn start(args: &Args) -> Result<Started, String> {
         .unwrap_or_else(|| format!("http://{address}"));
     let mut config = GatewayConfig::new(base_url.as_str());
     config.refresh_policy = args.refresh_policy;
+    config.rate_limits = args.limits.limits;
+    config.rate_limiter_failure = args.limits.failure;
     let stores = store.stores();
-    let gateway = Arc::new(Gateway::new(config, stores.clone(), key.hasher()));
+    let gateway = Arc::new(
+        Gateway::new(config, stores.clone(), key.hasher())
+            .with_rate_limiter(args.limits.limiter()?),
+    );
 
     let passwords = Passwords::recommended();
     let demo = seed_demo(&gateway, &stores, &key, &passwords)
@@ -383,7 +416,13 @@ async fn start(args: &Args) -> Result<Started, String> {
         LoginLimits::recommended(),
         Arc::new(SystemClock),
     );
-    tracing::info!(%address, %base_url, store = %args.store, "listening");
+    tracing::info!(
+        %address,
+        %base_url,
+        store = %args.store,
+        rate_limits = %args.limits.describe_store(),
+        "listening"
+    );
     Ok(Started {
         store,
         listener,

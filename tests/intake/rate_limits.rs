@@ -410,3 +410,197 @@ async fn the_memory_limiter_forgets_ended_windows() {
         limiter.len()
     );
 }
+
+// --- Redis ------------------------------------------------------------------
+
+/// The Redis of `REDIS_URL`; fails with start-up instructions without it.
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| {
+        panic!(
+            "REDIS_URL is not set: the Redis rate limiter's tests need a Redis server. Start one, e.g.\n    \
+             docker run --rm -p 6379:6379 redis:7\n\
+             (or install your distribution's redis-server package), then\n    \
+             export REDIS_URL=redis://127.0.0.1:6379"
+        )
+    })
+}
+
+/// A Redis limiter under a prefix of its own, so that runs never meet.
+fn redis_limiter(prefix: &str) -> conversion_gateway::RedisRateLimiter {
+    conversion_gateway::RedisRateLimiter::new(&redis_url())
+        .expect("a Redis URL")
+        .with_prefix(prefix)
+}
+
+fn fresh_prefix() -> String {
+    format!(
+        "cg-test:{}:",
+        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_redis_limiter_is_exact_under_concurrency_in_one_instance_and_across_two() {
+    let now = time::macros::datetime!(2026-01-01 0:00 UTC);
+    let prefix = fresh_prefix();
+    let instances: [Arc<dyn RateLimiter>; 2] = [
+        Arc::new(redis_limiter(&prefix)),
+        Arc::new(redis_limiter(&prefix)),
+    ];
+    // One instance alone, then both on another counter.
+    for (counter, spread) in [("one", 1), ("two", 2)] {
+        let tasks: Vec<_> = (0..64)
+            .map(|n| {
+                let limiter = instances[n % spread].clone();
+                tokio::spawn(async move { limiter.charge(&[charge(counter, 20, 1)], now).await })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            if task.await.unwrap().expect("Redis answers") == Admission::Admitted {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 20, "{counter} instance(s)");
+    }
+}
+
+#[tokio::test]
+async fn the_redis_limiter_charges_all_or_nothing_reports_the_window_and_refunds() {
+    let now = time::macros::datetime!(2026-01-01 0:00 UTC);
+    let limiter = redis_limiter(&fresh_prefix());
+    let both = [charge("a", 3, 2), charge("b", 3, 2)];
+    assert_eq!(
+        limiter.charge(&both, now).await.unwrap(),
+        Admission::Admitted
+    );
+    let refused = limiter
+        .charge(&[charge("a", 3, 1), charge("b", 3, 2)], now)
+        .await
+        .unwrap();
+    let Admission::Refused {
+        index,
+        used,
+        retry_after,
+    } = refused
+    else {
+        panic!("{refused:?}")
+    };
+    assert_eq!((index, used), (1, 2));
+    assert!(
+        retry_after > Duration::seconds(55) && retry_after <= Duration::minutes(1),
+        "the window's rest: {retry_after}"
+    );
+    assert_eq!(
+        limiter.charge(&[charge("a", 3, 1)], now).await.unwrap(),
+        Admission::Admitted,
+        "a was left at 2"
+    );
+    limiter.refund(&[charge("b", 3, 2)], now).await.unwrap();
+    assert_eq!(
+        limiter.charge(&[charge("b", 3, 3)], now).await.unwrap(),
+        Admission::Admitted
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_conversions_through_two_gateways_sharing_redis_admit_exactly_20() {
+    let prefix = fresh_prefix();
+    let first = Limited::new(|limits| limits.per_lead = limit("20/1h")).await;
+    // A second gateway on the same stores and Redis: another instance.
+    let second = conversion_gateway::Gateway::new(
+        {
+            let mut config = conversion_gateway::GatewayConfig::new(BASE_URL);
+            config.rate_limits.per_lead = limit("20/1h");
+            config
+        },
+        first.f.stores.clone(),
+        conversion_gateway::SecretHasher::new([42; 32]),
+    )
+    .with_rate_limiter(Arc::new(redis_limiter(&prefix)));
+    let first_gateway = conversion_gateway::Gateway::new(
+        {
+            let mut config = conversion_gateway::GatewayConfig::new(BASE_URL);
+            config.rate_limits.per_lead = limit("20/1h");
+            config
+        },
+        first.f.stores.clone(),
+        conversion_gateway::SecretHasher::new([42; 32]),
+    )
+    .with_rate_limiter(Arc::new(redis_limiter(&prefix)));
+    let gateways = [Arc::new(first_gateway), Arc::new(second)];
+    let query = Arc::new(format!("api_key={}", first.api_key));
+    let tasks: Vec<_> = (0..64)
+        .map(|n| {
+            let gateway = gateways[n % 2].clone();
+            let query = query.clone();
+            tokio::spawn(async move {
+                let body = conversion_body("shared@example.com").to_string();
+                let outcome = gateway
+                    .record_conversion(&RequestParts {
+                        query: &query,
+                        content_type: Some("application/json"),
+                        authorization: None,
+                        idempotency_key: None,
+                        body: body.as_bytes(),
+                    })
+                    .await;
+                gateway.answer(outcome).status
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            200 => admitted += 1,
+            429 => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(admitted, 20);
+}
+
+/// A gateway whose limiter's Redis does not answer (nothing listens on
+/// port 1), failing as `failure` says.
+async fn unreachable_redis(failure: conversion_gateway::LimiterFailure) -> Limited {
+    let t = Limited::new(|_| {}).await;
+    let mut config = conversion_gateway::GatewayConfig::new(BASE_URL);
+    config.rate_limiter_failure = failure;
+    let gateway = conversion_gateway::Gateway::new(
+        config,
+        t.f.stores.clone(),
+        conversion_gateway::SecretHasher::new([42; 32]),
+    )
+    .with_rate_limiter(Arc::new(
+        conversion_gateway::RedisRateLimiter::new("redis://127.0.0.1:1").unwrap(),
+    ));
+    Limited {
+        f: Fixture {
+            gateway: Arc::new(gateway),
+            ..t.f
+        },
+        api_key: t.api_key,
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_fails_open_by_default() {
+    let t = unreachable_redis(conversion_gateway::LimiterFailure::Open).await;
+    for _ in 0..5 {
+        let answer = t.convert("ana@example.com").await;
+        assert_eq!(
+            answer.status,
+            200,
+            "accepted uncounted: {:?}",
+            answer.json_body()
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_fails_closed_when_told_to() {
+    let t = unreachable_redis(conversion_gateway::LimiterFailure::Closed).await;
+    let answer = t.convert("ana@example.com").await;
+    assert_error(&answer, 503, "SERVICE_UNAVAILABLE");
+    assert_eq!(answer.header("retry-after"), Some("1"));
+}

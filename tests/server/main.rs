@@ -15,5 +15,6 @@ mod dialog;
 mod introspection;
 mod oauth2_client;
 mod process;
+mod rate_limits;
 mod routes;
 mod support;

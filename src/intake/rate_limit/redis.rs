@@ -221,3 +221,85 @@ impl RateLimiter for RedisRateLimiter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::LimitKind;
+
+    /// Log lines written by a `tracing` subscriber, for the test to read.
+    #[derive(Clone, Default)]
+    struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for CapturedLogs {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLogs {
+        type Writer = CapturedLogs;
+
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_outage_is_logged_once_without_the_address() {
+        let logs = CapturedLogs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        // Nothing listens on port 1.
+        let limiter = RedisRateLimiter::new("redis://:secret@127.0.0.1:1").expect("a URL");
+        let charge = Charge {
+            kind: LimitKind::Lead,
+            limit: crate::Limit::new(1, Duration::minutes(1)),
+            key: "k".to_owned(),
+            subject: "k".to_owned(),
+            cost: 1,
+        };
+        for _ in 0..3 {
+            let failed = limiter
+                .charge(std::slice::from_ref(&charge), OffsetDateTime::UNIX_EPOCH)
+                .await;
+            assert!(failed.is_err(), "{failed:?}");
+        }
+        assert!(
+            limiter
+                .refund(&[charge], OffsetDateTime::UNIX_EPOCH)
+                .await
+                .is_err()
+        );
+        let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+        assert_eq!(
+            text.matches("the Redis rate limiter failed").count(),
+            1,
+            "one line per outage, not per request:\n{text}"
+        );
+        assert!(
+            !text.contains("secret") && !text.contains("127.0.0.1"),
+            "{text}"
+        );
+        assert!(!format!("{limiter:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_malformed_url_is_refused_without_echoing_it() {
+        let error = RedisRateLimiter::new("http://:secret@host").expect_err("not redis://");
+        assert!(!error.reason.contains("secret"), "{}", error.reason);
+    }
+}

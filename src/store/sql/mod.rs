@@ -66,6 +66,7 @@ pub(crate) fn fails_on_data(error: &StoreError) -> bool {
 /// operation may then succeed on a fresh connection. A pool that could not
 /// give a connection in time is not one: the database is down or busy, and
 /// a retry would only make the caller wait longer for its 503.
+#[cfg(feature = "postgres")]
 pub(crate) fn lost_connection(error: &StoreError) -> bool {
     let StoreError::Backend { source, .. } = error else {
         return false;
