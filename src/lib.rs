@@ -198,6 +198,7 @@ mod store;
 #[cfg(feature = "test-util")]
 pub use store::conformance;
 pub use store::error::StoreError;
+pub use store::feed::{EventFeed, FeedCursor, FeedPage};
 pub use store::memory::{
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
 };

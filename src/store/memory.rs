@@ -13,11 +13,13 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::store::feed::position;
 use crate::{
     AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
-    Client, ClientId, ClientRegistry, CodeLookup, CodeRecord, CodeTake, EventSink, EventSubmission,
-    Grant, GrantId, IdempotencyClaim, IdempotencyScope, PreviousSecret, RecordOutcome,
-    RecordedEvent, RefreshState, RefreshTokenRecord, Rotation, SecretHash, StoreError, TokenStore,
+    Client, ClientId, ClientRegistry, CodeLookup, CodeRecord, CodeTake, EventFeed, EventSink,
+    EventSubmission, FeedCursor, FeedPage, Grant, GrantId, IdempotencyClaim, IdempotencyScope,
+    PreviousSecret, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord, Rotation,
+    SecretHash, StoreError, TokenStore,
 };
 
 /// Locks a mutex, ignoring poisoning: every critical section below leaves
@@ -551,8 +553,33 @@ struct EventState {
     /// store's p99 under `wrk`). A B-tree grows a node at a time, and the
     /// time-ordered (v7) uuids of new events all land in its last leaf.
     events: BTreeMap<Uuid, RecordedEvent>,
+    /// The uuids in the order they were recorded: the feed. An event's
+    /// position is its index; a cursor is how many have been read.
+    feed: Vec<Uuid>,
     /// Claims by account, credential and key.
     claims: HashMap<(AccountId, IdempotencyScope, String), Claim>,
+}
+
+/// The feed in memory: events are recorded under the lock, so the order
+/// they were recorded in is the order they became visible.
+#[async_trait]
+impl EventFeed for MemoryEventSink {
+    async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
+        let start = usize::try_from(position(cursor, "mem")?).unwrap_or(usize::MAX);
+        let state = lock(&self.state);
+        let start = start.min(state.feed.len());
+        let end = start.saturating_add(limit).min(state.feed.len());
+        let events = state.feed[start..end]
+            .iter()
+            .filter_map(|id| state.events.get(id).cloned())
+            .collect();
+        let next = if end == start {
+            cursor.clone()
+        } else {
+            FeedCursor::new(format!("mem:{end}"))
+        };
+        Ok(FeedPage::new(events, next))
+    }
 }
 
 /// [`EventSink`] in memory.
@@ -604,6 +631,7 @@ impl EventSink for MemoryEventSink {
             }
         }
         for event in events {
+            state.feed.push(event.event_uuid);
             state.events.insert(event.event_uuid, event);
         }
         if let Some(claim) = &submission.idempotency {

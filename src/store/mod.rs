@@ -12,7 +12,8 @@
 //! - this file: the five traits ([`TokenStore`], [`ClientRegistry`],
 //!   [`AccountStore`], [`ApiKeyStore`], [`EventSink`]) and the outcomes of
 //!   their atomic operations; `error.rs`: [`crate::StoreError`], which
-//!   knows nothing of HTTP (the endpoints map it);
+//!   knows nothing of HTTP (the endpoints map it); `feed.rs`: the
+//!   [`EventFeed`](crate::EventFeed) consumers follow;
 //! - `memory.rs`: every trait in memory, for tests and stateless hosts;
 //! - `sqlite/` (feature `sqlite`, the default) and `postgres/` (feature
 //!   `postgres`): every trait on one database, one file per trait group,
@@ -24,6 +25,7 @@
 #[cfg(feature = "test-util")]
 pub mod conformance;
 pub(crate) mod error;
+pub(crate) mod feed;
 pub(crate) mod memory;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;

@@ -32,3 +32,9 @@ async fn memory_api_key_store_keeps_the_contract() {
 async fn memory_event_sink_keeps_the_contract() {
     conformance::check_event_sink(Arc::new(MemoryEventSink::new())).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_event_feed_keeps_the_contract() {
+    let sink = Arc::new(MemoryEventSink::new());
+    conformance::check_event_feed(sink.clone(), sink).await;
+}

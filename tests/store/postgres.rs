@@ -156,6 +156,19 @@ async fn postgres_event_sink_keeps_the_contract_with_group_commit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_event_feed_keeps_the_contract() {
+    in_schema(|schema| async move {
+        // Group commit: four writers commit groups side by side, out of
+        // the order their rows were numbered in.
+        let store = schema.store().await;
+        conformance::check_event_feed(store.clone(), store).await;
+        let per_call = schema.store_with(without_group_commit()).await;
+        conformance::check_event_feed(per_call.clone(), per_call).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_event_sink_keeps_the_contract_one_commit_per_call() {
     in_schema(|schema| async move {
         conformance::check_event_sink(schema.store_with(without_group_commit()).await).await;
@@ -779,6 +792,57 @@ async fn killed_backends_during_a_burst_cost_no_acknowledged_event_and_few_refus
             "{refused} of {EVENTS} refused with {killed} backends terminated"
         );
         admin.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_feed_waits_for_a_transaction_that_numbered_its_event_earlier() {
+    use conversion_gateway::{EventFeed, FeedCursor};
+    in_schema(|schema| async move {
+        let store = schema.store().await;
+        let account = AccountId(random_uuid(&OsRandom));
+        let early = event(account, 1);
+        let late = event(account, 2);
+        // A writer draws its sequence number and holds its transaction open.
+        let pool = schema.pool().await;
+        let mut held = pool.begin().await.expect("begin");
+        sqlx::query(
+            "INSERT INTO events (event_uuid, account_id, received_at, event_type, event_family,
+                                 conversion_identifier, email, payload, channel)
+             VALUES ($1, $2, now(), 'CONVERSION', 'CDP', 'held', 'held@example.com',
+                     '{}'::jsonb, '{\"kind\":\"api_key\"}'::jsonb)",
+        )
+        .bind(early.event_uuid)
+        .bind(account.0)
+        .execute(&mut *held)
+        .await
+        .expect("insert in the held transaction");
+        // Another commits an event numbered after it.
+        let submission = EventSubmission {
+            events: vec![late.clone()],
+            batch_uuid: None,
+            idempotency: None,
+        };
+        assert_eq!(
+            store.record(&submission).await.unwrap(),
+            RecordOutcome::Recorded
+        );
+        let page = store.read_after(&FeedCursor::start(), 10).await.unwrap();
+        assert!(
+            page.events.is_empty(),
+            "the later event waits while an earlier-numbered one may still commit: {:?}",
+            page.events
+        );
+        held.commit().await.expect("commit");
+        let page = store.read_after(&page.next, 10).await.unwrap();
+        let order: Vec<_> = page.events.iter().map(|e| e.event_uuid).collect();
+        assert_eq!(
+            order,
+            [early.event_uuid, late.event_uuid],
+            "both now, the held transaction's first (by transaction id)"
+        );
+        pool.close().await;
     })
     .await;
 }

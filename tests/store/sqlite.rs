@@ -78,6 +78,16 @@ async fn sqlite_event_sink_keeps_the_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_event_feed_keeps_the_contract() {
+    let dir = TempDir::new();
+    let store = file_store(&dir).await;
+    conformance::check_event_feed(store.clone(), store).await;
+    // Two stores on one file stand for two processes writing at once.
+    let (first, second) = (file_store(&dir).await, file_store(&dir).await);
+    conformance::check_event_feed(first, second).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_temporary_sqlite_store_keeps_the_contract() {
     let store = Arc::new(SqliteStore::open_temporary().await.expect("open"));
     conformance::check_token_store(store.clone()).await;

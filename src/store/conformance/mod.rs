@@ -22,12 +22,13 @@
 //! This file holds the entry points, one per storage trait, each listing
 //! the checks it runs. The checks live by concern in `src/store/conformance/`:
 //! `tokens.rs`, `clients_accounts_keys.rs` and `events.rs` check one caller
-//! at a time; `purge.rs` checks the purges; `concurrency.rs` races the
+//! at a time; `feed.rs` checks the feed; `purge.rs` checks the purges; `concurrency.rs` races the
 //! atomic operations; `fixtures.rs` makes the records they write.
 
 mod clients_accounts_keys;
 mod concurrency;
 mod events;
+mod feed;
 mod fixtures;
 mod purge;
 mod tokens;
@@ -71,6 +72,14 @@ pub async fn check_account_store(store: Arc<dyn AccountStore>) {
 pub async fn check_api_key_store(store: Arc<dyn ApiKeyStore>) {
     let (account, first) = clients_accounts_keys::check_api_keys(&*store).await;
     concurrency::check_concurrent_key_limit(store, account, &first).await;
+}
+
+/// Checks every clause of [`crate::EventFeed`], on the events `sink`
+/// records: commit order, resuming, foreign cursors, and no event skipped
+/// while writers commit concurrently.
+pub async fn check_event_feed(sink: Arc<dyn EventSink>, feed: Arc<dyn crate::EventFeed>) {
+    feed::check_feed_order(&*sink, &*feed).await;
+    feed::check_feed_under_concurrent_writers(sink, feed).await;
 }
 
 /// Checks every clause of [`crate::EventSink`]: durability of what it

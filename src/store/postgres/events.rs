@@ -15,11 +15,13 @@ use time::OffsetDateTime;
 use tokio::sync::{Mutex, mpsc};
 use uuid::Uuid;
 
+use crate::store::feed::ForeignCursor;
 use crate::store::sql::group_commit::{Job, RECORD, answer};
 use crate::store::sql::records::{channel_to_json, event_from, replay_or_reuse};
 use crate::store::sql::{self, backend, fails_on_data, find_row, insert_failed, lost_connection};
 use crate::{
-    EventSink, EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError,
+    EventFeed, EventSink, EventSubmission, FeedCursor, FeedPage, IdempotencyClaim, RecordOutcome,
+    RecordedEvent, StoreError,
 };
 
 use super::PgStore;
@@ -367,6 +369,66 @@ async fn record_group(
     // Only a committed submission is acknowledged.
     tx.commit().await.map_err(backend(RECORD))?;
     Ok(outcomes)
+}
+
+/// The feed on PostgreSQL: ordered by the id of the transaction that wrote
+/// each event, then by its sequence number, and read only up to the oldest
+/// transaction still running (`pg_snapshot_xmin`): every transaction below
+/// it has committed or rolled back, and every new one gets a larger id, so
+/// no event can ever commit behind a cursor. A transaction left open for
+/// long (an idle session holding one) holds the feed back until it ends.
+#[async_trait]
+impl EventFeed for PgStore {
+    async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
+        const ACTION: &str = "read the event feed";
+        let (tx, seq) = pg_position(cursor)?;
+        let rows = sqlx::query(
+            "SELECT tx_id::text AS tx, feed_seq, event_uuid, account_id, received_at,
+                    event_type, event_family, conversion_identifier, email, payload, channel
+             FROM events
+             WHERE (tx_id, feed_seq) > ($1::text::xid8, $2)
+               AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+             ORDER BY tx_id, feed_seq
+             LIMIT $3",
+        )
+        .bind(tx.to_string())
+        .bind(seq)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend(ACTION))?;
+        let (mut last_tx, mut last_seq) = (tx, seq);
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            let columns = Columns::new(row, ACTION);
+            last_tx = columns
+                .get::<String>("tx")?
+                .parse()
+                .map_err(|_| sql::malformed(ACTION, "tx_id"))?;
+            last_seq = columns.get("feed_seq")?;
+            events.push(event_from(&columns)?);
+        }
+        let next = if events.is_empty() {
+            cursor.clone()
+        } else {
+            FeedCursor::new(format!("pg:{last_tx}:{last_seq}"))
+        };
+        Ok(FeedPage::new(events, next))
+    }
+}
+
+/// The transaction id and sequence number in a cursor `pg:TX:SEQ`; the
+/// start is `(0, 0)`.
+fn pg_position(cursor: &FeedCursor) -> Result<(u64, i64), StoreError> {
+    if cursor.is_start() {
+        return Ok((0, 0));
+    }
+    cursor
+        .as_str()
+        .strip_prefix("pg:")
+        .and_then(|rest| rest.split_once(':'))
+        .and_then(|(tx, seq)| Some((tx.parse().ok()?, seq.parse().ok()?)))
+        .ok_or_else(|| StoreError::rejected("read the event feed", ForeignCursor))
 }
 
 #[async_trait]

@@ -78,6 +78,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 5,
         sql: include_str!("../../../migrations/postgres/0005_client_lifecycle.sql"),
     },
+    Migration {
+        version: 6,
+        sql: include_str!("../../../migrations/postgres/0006_event_feed.sql"),
+    },
 ];
 
 /// The advisory lock that serialises migrations ("cg-migra" in ASCII).

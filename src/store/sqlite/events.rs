@@ -5,14 +5,53 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::store::feed::position;
 use crate::store::sql::records::{event_from, replay_or_reuse};
-use crate::store::sql::{self, find_row};
+use crate::store::sql::{self, backend, find_row};
 use crate::{
-    EventSink, EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError,
+    EventFeed, EventSink, EventSubmission, FeedCursor, FeedPage, IdempotencyClaim, RecordOutcome,
+    RecordedEvent, StoreError,
 };
 
 use super::SqliteStore;
-use super::columns::{micros, uuid_text};
+use super::columns::{Columns, micros, uuid_text};
+
+/// The feed on SQLite: an event's position is its rowid. SQLite admits one
+/// writer at a time, across connections and processes, and a rowid is one
+/// more than the largest committed when its transaction writes, so rowids
+/// grow in commit order and no event can commit behind a consumer's cursor.
+/// (A rowid is reused only if the row with the largest is deleted, and
+/// events are never deleted.)
+#[async_trait]
+impl EventFeed for SqliteStore {
+    async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
+        const ACTION: &str = "read the event feed";
+        let after = i64::try_from(position(cursor, "sqlite")?).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT rowid AS position, event_uuid, account_id, received_at, event_type,
+                    event_family, conversion_identifier, email, payload, channel
+             FROM events WHERE rowid > ? ORDER BY rowid LIMIT ?",
+        )
+        .bind(after)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend(ACTION))?;
+        let mut last = after;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            let columns = Columns::new(row, ACTION);
+            last = columns.get("position")?;
+            events.push(event_from(&columns)?);
+        }
+        let next = if events.is_empty() {
+            cursor.clone()
+        } else {
+            FeedCursor::new(format!("sqlite:{last}"))
+        };
+        Ok(FeedPage::new(events, next))
+    }
+}
 
 #[async_trait]
 impl EventSink for SqliteStore {

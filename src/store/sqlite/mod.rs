@@ -82,6 +82,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 5,
         sql: include_str!("../../../migrations/sqlite/0005_client_lifecycle.sql"),
     },
+    Migration {
+        version: 6,
+        sql: include_str!("../../../migrations/sqlite/0006_event_feed.sql"),
+    },
 ];
 
 /// How long a statement waits for another process's write lock.

@@ -1,0 +1,175 @@
+//! The [`EventFeed`] checks: commit order, resuming from a cursor, foreign
+//! cursors, and that no event is skipped while writers commit concurrently.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use uuid::Uuid;
+
+use crate::{
+    AccountId, EventFeed, EventSink, EventSubmission, FeedCursor, OsRandom, RecordOutcome,
+    RecordedEvent, StoreError, random_uuid,
+};
+
+use super::fixtures::new_event;
+
+/// How long the feed may take to show events already acknowledged (a
+/// store may hold back events of transactions still running).
+const SETTLE: StdDuration = StdDuration::from_secs(10);
+
+/// Records `event` alone.
+async fn record(sink: &dyn EventSink, event: RecordedEvent) {
+    let submission = EventSubmission {
+        events: vec![event],
+        batch_uuid: None,
+        idempotency: None,
+    };
+    assert_eq!(
+        sink.record(&submission).await.expect("record"),
+        RecordOutcome::Recorded
+    );
+}
+
+/// Reads from `cursor` in pages of `limit` until the feed is empty; the
+/// events of `account`, and the cursor at the end.
+async fn drain(
+    feed: &dyn EventFeed,
+    mut cursor: FeedCursor,
+    limit: usize,
+    account: AccountId,
+) -> (Vec<RecordedEvent>, FeedCursor) {
+    let mut seen = Vec::new();
+    loop {
+        let page = feed.read_after(&cursor, limit).await.expect("read_after");
+        assert!(
+            page.events.len() <= limit,
+            "read_after: at most `limit` events"
+        );
+        let empty = page.events.is_empty();
+        if empty {
+            assert_eq!(page.next, cursor, "an empty page keeps the cursor");
+        }
+        seen.extend(page.events.into_iter().filter(|e| e.account_id == account));
+        cursor = page.next;
+        if empty {
+            return (seen, cursor);
+        }
+    }
+}
+
+/// Events read back whole, in the order they were recorded one after the
+/// other; a cursor resumes after what it has read; a foreign one is
+/// refused.
+pub(super) async fn check_feed_order(sink: &dyn EventSink, feed: &dyn EventFeed) {
+    let account = AccountId(random_uuid(&OsRandom));
+    let (_, before) = drain(feed, FeedCursor::start(), 500, account).await;
+    let events: Vec<_> = (0..5).map(|n| new_event(account, n)).collect();
+    for event in &events {
+        record(sink, event.clone()).await;
+    }
+    let mut read = Vec::new();
+    let mut cursor = before.clone();
+    let deadline = std::time::Instant::now() + SETTLE;
+    while read.len() < events.len() {
+        let (more, next) = drain(feed, cursor, 2, account).await;
+        read.extend(more);
+        cursor = next;
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the feed never showed every event: {} of {}",
+            read.len(),
+            events.len()
+        );
+        tokio::time::sleep(StdDuration::from_millis(10)).await;
+    }
+    assert_eq!(
+        read, events,
+        "the feed gives every event whole, in commit order"
+    );
+
+    // Resuming from a cursor in the middle gives what follows it (again).
+    let first = feed.read_after(&before, 1).await.expect("read_after");
+    let (rest, _) = drain(feed, first.next.clone(), 2, account).await;
+    let resumed: Vec<_> = first
+        .events
+        .iter()
+        .filter(|e| e.account_id == account)
+        .chain(rest.iter())
+        .cloned()
+        .collect();
+    assert!(
+        resumed.ends_with(&events[events.len() - rest.len()..]),
+        "a resumed read continues after its cursor"
+    );
+    assert!(!rest.is_empty() || first.events.len() == 1);
+
+    let foreign = feed
+        .read_after(&FeedCursor::new("someone-else:cursor"), 10)
+        .await;
+    assert!(
+        matches!(foreign, Err(StoreError::Rejected { .. })),
+        "read_after: a cursor the store did not write is Rejected, got {foreign:?}"
+    );
+}
+
+/// Writers commit while a reader follows the feed with one cursor: every
+/// acknowledged event shows up, none twice in one pass.
+pub(super) async fn check_feed_under_concurrent_writers(
+    sink: Arc<dyn EventSink>,
+    feed: Arc<dyn EventFeed>,
+) {
+    const WRITERS: usize = 16;
+    const EACH: usize = 40;
+    let account = AccountId(random_uuid(&OsRandom));
+    let (_, start) = drain(&*feed, FeedCursor::start(), 500, account).await;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                let mut acknowledged = Vec::with_capacity(EACH);
+                for n in 0..EACH {
+                    let event = new_event(account, w * EACH + n);
+                    acknowledged.push(event.event_uuid);
+                    record(&*sink, event).await;
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    let reader = {
+        let feed = feed.clone();
+        tokio::spawn(async move {
+            let mut seen: Vec<Uuid> = Vec::new();
+            let mut cursor = start;
+            let deadline = std::time::Instant::now() + SETTLE * 3;
+            while seen.len() < WRITERS * EACH && std::time::Instant::now() < deadline {
+                let page = feed.read_after(&cursor, 7).await.expect("read_after");
+                seen.extend(
+                    page.events
+                        .iter()
+                        .filter(|e| e.account_id == account)
+                        .map(|e| e.event_uuid),
+                );
+                if page.events.is_empty() {
+                    tokio::time::sleep(StdDuration::from_millis(2)).await;
+                }
+                cursor = page.next;
+            }
+            seen
+        })
+    };
+    let mut acknowledged = HashSet::new();
+    for writer in writers {
+        acknowledged.extend(writer.await.expect("a writer"));
+    }
+    let seen = reader.await.expect("the reader");
+    let distinct: HashSet<_> = seen.iter().copied().collect();
+    assert_eq!(distinct.len(), seen.len(), "no event twice in one pass");
+    let missing: Vec<_> = acknowledged.difference(&distinct).collect();
+    assert!(
+        missing.is_empty(),
+        "the feed skipped {} acknowledged events (committed behind the cursor): {missing:?}",
+        missing.len()
+    );
+}
