@@ -11,6 +11,7 @@
 mod account;
 mod admin;
 mod browser;
+mod consumer;
 mod dialog;
 mod introspection;
 mod oauth2_client;

@@ -29,6 +29,12 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// binaries: `target/<profile>/deps/server-…` runs this test, the example
 /// is `target/<profile>/examples/server`.
 pub fn server_binary() -> PathBuf {
+    example_binary("server")
+}
+
+/// The binary of example `name` (`server`, `consumer`), checked as
+/// [`server_binary`] says.
+pub fn example_binary(name: &str) -> PathBuf {
     let test = std::env::current_exe().expect("the test binary's path");
     let profile = test
         .parent()
@@ -36,12 +42,12 @@ pub fn server_binary() -> PathBuf {
         .expect("target/<profile>/deps/<test binary>");
     let binary = profile
         .join("examples")
-        .join(format!("server{}", std::env::consts::EXE_SUFFIX));
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
         binary.is_file(),
-        "the example server's binary is missing at {}: a plain `cargo test` \
+        "the example {name}'s binary is missing at {}: a plain `cargo test` \
          builds it; with `cargo test --test server`, run \
-         `cargo build --example server` first",
+         `cargo build --example {name}` first",
         binary.display()
     );
     // `cargo test --test server` does not rebuild examples: refuse to test
@@ -58,8 +64,8 @@ pub fn server_binary() -> PathBuf {
         .find(|source| source.is_file() && modified(source) > built);
     if let Some(newer) = newer {
         panic!(
-            "the example server's binary is older than {}: run \
-             `cargo build --example server` (a plain `cargo test` does)",
+            "the example {name}'s binary is older than {}: run \
+             `cargo build --example {name}` (a plain `cargo test` does)",
             newer.display()
         );
     }
