@@ -202,6 +202,8 @@ pub use store::feed::{EventFeed, FeedCursor, FeedPage};
 pub use store::memory::{
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
 };
+#[cfg(feature = "nats")]
+pub use store::nats::{NatsEventSink, NatsOptions};
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PgStore, PgStoreOptions};
 #[cfg(feature = "sqlite")]

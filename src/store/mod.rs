@@ -27,6 +27,8 @@ pub mod conformance;
 pub(crate) mod error;
 pub(crate) mod feed;
 pub(crate) mod memory;
+#[cfg(feature = "nats")]
+pub(crate) mod nats;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

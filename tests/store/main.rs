@@ -4,5 +4,6 @@
 //! and fails with start-up instructions without it).
 
 mod memory;
+mod nats;
 mod postgres;
 mod sqlite;

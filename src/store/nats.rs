@@ -1,0 +1,426 @@
+//! [`EventSink`] and [`EventFeed`] on a NATS JetStream stream (feature
+//! `nats`), for hosts that run many instances and hand events to a stream
+//! other systems consume. OAuth state, accounts and keys stay in a database
+//! store; only events go to the stream.
+//!
+//! One message per submission, so that a batch is stored whole or not at
+//! all: its JSON body is `{"batch_uuid", "events": [...]}` (each event as
+//! [`RecordedEvent`] serialises), its subject `PREFIX.ACCOUNT` (one subject
+//! per account), or `PREFIX.ACCOUNT.KEYHASH` when the request carried an
+//! `Idempotency-Key`, so that the key's first message can be read back by
+//! its subject. A submission is acknowledged only after JetStream
+//! acknowledged it as stored (file storage).
+//!
+//! Idempotency rests on JetStream's de-duplication: every message carries
+//! a `Nats-Msg-Id` (the key's hash, or the first event's uuid), and the
+//! stream's duplicate window is the idempotency retention. A retry within
+//! the window is acknowledged as a duplicate with the first message's
+//! sequence; that message is read back and the retry answered with its
+//! `event_uuid`s, or refused if its fingerprint differs.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, stream};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::store::feed::ForeignCursor;
+use crate::{
+    EventFeed, EventSink, EventSubmission, FeedCursor, FeedPage, IdempotencyClaim, RecordOutcome,
+    RecordedEvent, StoreError,
+};
+
+/// The header that holds a submission's idempotency fingerprint (hex).
+const FINGERPRINT: &str = "Cg-Fingerprint";
+/// The header that holds when a submission's idempotency claim expires
+/// (Unix seconds).
+const EXPIRES_AT: &str = "Cg-Claim-Expires-At";
+
+/// How to reach and shape the stream.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct NatsOptions {
+    /// The stream's name. Default `CONVERSIONS`.
+    pub stream: String,
+    /// The first token of every subject; the stream takes `PREFIX.>`.
+    /// Default `conversions`.
+    pub subject_prefix: String,
+    /// The stream's duplicate window: how long an `Idempotency-Key` is
+    /// remembered. Keep it equal to
+    /// [`crate::GatewayConfig::idempotency_retention`]. Default 24 hours.
+    pub duplicate_window: Duration,
+    /// How long a publish may wait for JetStream's acknowledgement, and a
+    /// connection or a read for an answer, before the call fails (and
+    /// intake answers 503 with `Retry-After`). Default 2 seconds.
+    pub timeout: Duration,
+}
+
+impl Default for NatsOptions {
+    fn default() -> Self {
+        Self {
+            stream: "CONVERSIONS".to_owned(),
+            subject_prefix: "conversions".to_owned(),
+            duplicate_window: Duration::from_secs(24 * 3600),
+            timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A submission as the stream keeps it.
+#[derive(Serialize, Deserialize)]
+struct Message {
+    batch_uuid: Option<Uuid>,
+    events: Vec<RecordedEvent>,
+}
+
+/// Events in a JetStream stream.
+#[derive(Clone)]
+pub struct NatsEventSink {
+    jetstream: jetstream::Context,
+    stream: stream::Stream,
+    options: NatsOptions,
+}
+
+impl std::fmt::Debug for NatsEventSink {
+    /// The stream only: a NATS URL may carry credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsEventSink")
+            .field("stream", &self.options.stream)
+            .field("subject_prefix", &self.options.subject_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failure of the JetStream sink, for [`StoreError::Backend`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct NatsFailure(String);
+
+fn backend(action: &'static str, reason: impl std::fmt::Display) -> StoreError {
+    StoreError::backend(action, NatsFailure(reason.to_string()))
+}
+
+impl NatsEventSink {
+    /// Connects to the NATS server at `url` (`nats://HOST:PORT`) and creates
+    /// the stream if it is missing (file storage, `PREFIX.>`, the duplicate
+    /// window of `options`).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the server cannot be reached within the
+    /// timeout, has no JetStream, or keeps a stream of this name whose
+    /// duplicate window is shorter than asked (replays older than it would
+    /// be recorded again).
+    pub async fn connect(url: &str, options: NatsOptions) -> Result<Self, StoreError> {
+        const ACTION: &str = "connect to NATS JetStream";
+        let client = async_nats::ConnectOptions::new()
+            .connection_timeout(options.timeout)
+            .request_timeout(Some(options.timeout))
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .connect(url);
+        let client = tokio::time::timeout(options.timeout, client)
+            .await
+            .map_err(|_| backend(ACTION, "the NATS server did not answer in time"))?
+            .map_err(|error| backend(ACTION, error.kind()))?;
+        let jetstream = jetstream::new(client);
+        let config = stream::Config {
+            name: options.stream.clone(),
+            subjects: vec![format!("{}.>", options.subject_prefix)],
+            storage: stream::StorageType::File,
+            duplicate_window: options.duplicate_window,
+            allow_direct: true,
+            ..Default::default()
+        };
+        let created = tokio::time::timeout(options.timeout, jetstream.get_or_create_stream(config));
+        let mut stream = created
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+            .map_err(|error| backend(ACTION, error))?;
+        let window = stream
+            .info()
+            .await
+            .map_err(|error| backend(ACTION, error))?
+            .config
+            .duplicate_window;
+        if window < options.duplicate_window {
+            return Err(backend(
+                ACTION,
+                format!(
+                    "the stream {} keeps message ids for {} s, less than the {} s asked: raise its duplicate window",
+                    options.stream,
+                    window.as_secs(),
+                    options.duplicate_window.as_secs()
+                ),
+            ));
+        }
+        Ok(Self {
+            jetstream,
+            stream,
+            options,
+        })
+    }
+
+    /// The subject of `submission`'s message, and its message id.
+    fn address(&self, submission: &EventSubmission) -> Option<(String, String)> {
+        let first = submission.events.first()?;
+        let account = first.account_id.0.simple();
+        let prefix = &self.options.subject_prefix;
+        Some(match &submission.idempotency {
+            Some(claim) => {
+                let hash = claim_hash(claim);
+                (
+                    format!("{prefix}.{account}.{hash}"),
+                    format!("claim:{hash}"),
+                )
+            }
+            None => (
+                format!("{prefix}.{account}"),
+                format!("event:{}", first.event_uuid),
+            ),
+        })
+    }
+
+    /// Reads message `sequence`; `None` if the stream holds none there.
+    async fn message(
+        &self,
+        sequence: u64,
+    ) -> Result<Option<jetstream::message::StreamMessage>, StoreError> {
+        const ACTION: &str = "read JetStream";
+        let read =
+            tokio::time::timeout(self.options.timeout, self.stream.get_raw_message(sequence));
+        match read
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+        {
+            Ok(message) => Ok(Some(message)),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    stream::LastRawMessageErrorKind::NoMessageFound
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(error) => Err(backend(ACTION, error)),
+        }
+    }
+}
+
+/// The hash that names a claim: account, scope and key, in hex.
+fn claim_hash(claim: &IdempotencyClaim) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(claim.account_id.0.as_bytes());
+    hasher.update(claim.scope.to_stored().as_bytes());
+    hasher.update([0]);
+    hasher.update(claim.key.as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .take(16)
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// What a claim's first message answers `claim`: its `event_uuid`s if the
+/// fingerprints match, else a reused key; `None` if it expired.
+fn outcome_for(
+    message: &jetstream::message::StreamMessage,
+    claim: &IdempotencyClaim,
+) -> Result<Option<RecordOutcome>, StoreError> {
+    const ACTION: &str = "read an idempotency claim";
+    let header = |name: &str| {
+        message
+            .headers
+            .get(name)
+            .map(|value| value.as_str().to_owned())
+    };
+    let expires_at: i64 = header(EXPIRES_AT)
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| backend(ACTION, "a claim's message has no expiry"))?;
+    if expires_at <= claim.created_at.unix_timestamp() {
+        return Ok(None);
+    }
+    if header(FINGERPRINT).as_deref() != Some(hex(&claim.fingerprint).as_str()) {
+        return Ok(Some(RecordOutcome::KeyReused));
+    }
+    let body: Message =
+        serde_json::from_slice(&message.payload).map_err(|error| backend(ACTION, error))?;
+    Ok(Some(RecordOutcome::Replayed {
+        event_uuids: body.events.iter().map(|e| e.event_uuid).collect(),
+        batch_uuid: body.batch_uuid,
+    }))
+}
+
+#[async_trait]
+impl EventSink for NatsEventSink {
+    async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
+        const ACTION: &str = "publish events to JetStream";
+        let Some((subject, message_id)) = self.address(submission) else {
+            return Ok(RecordOutcome::Recorded);
+        };
+        let body = serde_json::to_vec(&Message {
+            batch_uuid: submission.batch_uuid,
+            events: submission.events.clone(),
+        })
+        .map_err(|error| backend(ACTION, error))?;
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", message_id.as_str());
+        if let Some(claim) = &submission.idempotency {
+            headers.insert(FINGERPRINT, hex(&claim.fingerprint).as_str());
+            headers.insert(
+                EXPIRES_AT,
+                claim.expires_at.unix_timestamp().to_string().as_str(),
+            );
+        }
+        let publish = async {
+            let ack = self
+                .jetstream
+                .publish_with_headers(subject, headers, body.into())
+                .await
+                .map_err(|error| backend(ACTION, error))?;
+            // Stored (and synced by the stream's file storage) once acked.
+            ack.await.map_err(|error| backend(ACTION, error))
+        };
+        let ack = tokio::time::timeout(self.options.timeout, publish)
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not acknowledge in time"))??;
+        if !ack.duplicate {
+            return Ok(RecordOutcome::Recorded);
+        }
+        match &submission.idempotency {
+            Some(claim) => {
+                let original = self
+                    .message(ack.sequence)
+                    .await?
+                    .ok_or_else(|| backend(ACTION, "the first message of a key is gone"))?;
+                // Within the duplicate window the claim holds.
+                Ok(outcome_for(&original, claim)?.unwrap_or(RecordOutcome::KeyReused))
+            }
+            // The first event's uuid was published before.
+            None => Err(StoreError::Duplicate { what: "event" }),
+        }
+    }
+
+    async fn check_claim(
+        &self,
+        claim: &IdempotencyClaim,
+    ) -> Result<Option<RecordOutcome>, StoreError> {
+        const ACTION: &str = "check an idempotency claim";
+        let subject = format!(
+            "{}.{}.{}",
+            self.options.subject_prefix,
+            claim.account_id.0.simple(),
+            claim_hash(claim)
+        );
+        let read = self.stream.get_last_raw_message_by_subject(&subject);
+        match tokio::time::timeout(self.options.timeout, read)
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+        {
+            Ok(message) => outcome_for(&message, claim),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    stream::LastRawMessageErrorKind::NoMessageFound
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(error) => Err(backend(ACTION, error)),
+        }
+    }
+
+    /// A stream is read in order, not by key: finding one event means
+    /// scanning, which this sink refuses rather than do on a request.
+    /// Consumers read the stream ([`EventFeed`]).
+    async fn find_event(&self, _event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {
+        Err(backend(
+            "find an event",
+            "the JetStream sink does not look events up by uuid: read them from the stream",
+        ))
+    }
+
+    /// Nothing to purge: JetStream forgets message ids after the stream's
+    /// duplicate window.
+    async fn purge_expired_claims(
+        &self,
+        _cutoff: OffsetDateTime,
+        _limit: usize,
+    ) -> Result<usize, StoreError> {
+        Ok(0)
+    }
+}
+
+/// The feed of the stream: messages in stream order (JetStream orders them
+/// as it stores them, so nothing commits behind a cursor), each message's
+/// events in turn. A cursor `js:SEQ:INDEX` is the last event read.
+#[async_trait]
+impl EventFeed for NatsEventSink {
+    async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
+        const ACTION: &str = "read the event feed";
+        let (sequence, index) = js_position(cursor)?;
+        let last = {
+            let mut stream = self.stream.clone();
+            let info = tokio::time::timeout(self.options.timeout, stream.info())
+                .await
+                .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+                .map_err(|error| backend(ACTION, error))?;
+            info.state.last_sequence
+        };
+        // From the event after the cursor's: in its message, then on.
+        let (mut at_sequence, mut skip) = if sequence == 0 {
+            (1, 0)
+        } else {
+            (sequence, index + 1)
+        };
+        let mut events = Vec::new();
+        let mut last_read = None;
+        while events.len() < limit && at_sequence <= last {
+            if let Some(message) = self.message(at_sequence).await? {
+                let body: Message = serde_json::from_slice(&message.payload)
+                    .map_err(|error| backend(ACTION, error))?;
+                for (at, event) in body.events.into_iter().enumerate().skip(skip) {
+                    if events.len() == limit {
+                        break;
+                    }
+                    events.push(event);
+                    last_read = Some((at_sequence, at));
+                }
+            }
+            if events.len() == limit {
+                break;
+            }
+            // A sequence with no message (deleted by the stream's limits)
+            // is passed over.
+            (at_sequence, skip) = (at_sequence + 1, 0);
+        }
+        let next = match last_read {
+            Some((sequence, index)) => FeedCursor::new(format!("js:{sequence}:{index}")),
+            None => cursor.clone(),
+        };
+        Ok(FeedPage::new(events, next))
+    }
+}
+
+/// The sequence and event index in a cursor `js:SEQ:INDEX`; the start is
+/// `(0, 0)`.
+fn js_position(cursor: &FeedCursor) -> Result<(u64, usize), StoreError> {
+    if cursor.is_start() {
+        return Ok((0, 0));
+    }
+    cursor
+        .as_str()
+        .strip_prefix("js:")
+        .and_then(|rest| rest.split_once(':'))
+        .and_then(|(sequence, index)| Some((sequence.parse().ok()?, index.parse().ok()?)))
+        .filter(|(sequence, _)| *sequence > 0)
+        .ok_or_else(|| StoreError::rejected("read the event feed", ForeignCursor))
+}

@@ -1,0 +1,253 @@
+//! The JetStream event sink against the NATS server of `NATS_URL`: the
+//! feed contract, acknowledgement, idempotency by message id, batches as
+//! one message, and outages answered fast. Each test uses a stream of its
+//! own, deleted at the end.
+#![cfg(feature = "nats")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use conversion_gateway::{
+    AccountId, ClientId, EventFeed, EventSink, EventSubmission, FeedCursor, IdempotencyClaim,
+    IdempotencyScope, IntakeChannel, NatsEventSink, NatsOptions, OsRandom, RecordOutcome,
+    RecordedEvent, StoreError, conformance, random_uuid,
+};
+use time::macros::datetime;
+
+const NO_NATS: &str = "NATS_URL is not set: the JetStream sink's tests need a NATS server with JetStream. Start one, e.g.
+    docker run --rm -p 4222:4222 nats:2 -js
+(or install nats-server and run `nats-server -js`), then
+    export NATS_URL=nats://127.0.0.1:4222";
+
+fn nats_url() -> String {
+    match std::env::var("NATS_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!("{NO_NATS}"),
+    }
+}
+
+/// A sink on a stream of its own; the stream is deleted when the test
+/// calls `done`.
+struct TestStream {
+    sink: Arc<NatsEventSink>,
+    name: String,
+}
+
+impl TestStream {
+    async fn new() -> Self {
+        let id = random_uuid(&OsRandom).simple().to_string();
+        let mut options = NatsOptions::default();
+        options.stream = format!("CG_TEST_{id}");
+        options.subject_prefix = format!("cgtest{id}");
+        let name = options.stream.clone();
+        let sink = NatsEventSink::connect(&nats_url(), options)
+            .await
+            .expect("connect to NATS JetStream");
+        Self {
+            sink: Arc::new(sink),
+            name,
+        }
+    }
+
+    async fn done(self) {
+        let client = async_nats::connect(nats_url()).await.expect("connect");
+        let _ = async_nats::jetstream::new(client)
+            .delete_stream(&self.name)
+            .await;
+    }
+}
+
+fn event(account: AccountId, n: usize) -> RecordedEvent {
+    RecordedEvent {
+        event_uuid: random_uuid(&OsRandom),
+        account_id: account,
+        received_at: datetime!(2026-03-01 12:00:00.123456 UTC),
+        event_type: "CONVERSION".into(),
+        event_family: "CDP".into(),
+        conversion_identifier: format!("js-{n}"),
+        email: format!("lead{n}@example.com"),
+        payload: serde_json::json!({"conversion_identifier": format!("js-{n}"), "email": format!("lead{n}@example.com")}).into(),
+        channel: IntakeChannel::Bearer {
+            client_id: ClientId::new("cgid_js"),
+        },
+    }
+}
+
+fn claim(account: AccountId, key: &str, fingerprint: u8) -> IdempotencyClaim {
+    let now = datetime!(2026-03-01 12:00 UTC);
+    IdempotencyClaim {
+        account_id: account,
+        scope: IdempotencyScope::Client(ClientId::new("cgid_js")),
+        key: key.into(),
+        fingerprint: [fingerprint; 32],
+        created_at: now,
+        expires_at: now + time::Duration::hours(24),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_jetstream_feed_keeps_the_contract() {
+    let stream = TestStream::new().await;
+    conformance::check_event_feed(stream.sink.clone(), stream.sink.clone()).await;
+    stream.done().await;
+}
+
+#[tokio::test]
+async fn a_batch_is_one_message_read_back_event_by_event() {
+    let stream = TestStream::new().await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let batch = EventSubmission {
+        events: (0..3).map(|n| event(account, n)).collect(),
+        batch_uuid: Some(random_uuid(&OsRandom)),
+        idempotency: None,
+    };
+    assert_eq!(
+        stream.sink.record(&batch).await.unwrap(),
+        RecordOutcome::Recorded
+    );
+    let page = stream
+        .sink
+        .read_after(&FeedCursor::start(), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.events,
+        batch.events[..2],
+        "whole, in order, at most the limit"
+    );
+    let rest = stream.sink.read_after(&page.next, 10).await.unwrap();
+    assert_eq!(rest.events, batch.events[2..], "the rest of the message");
+    let none = stream.sink.read_after(&rest.next, 10).await.unwrap();
+    assert!(none.events.is_empty());
+    assert_eq!(none.next, rest.next);
+    // Published again (a retry after a lost acknowledgement): refused as a
+    // duplicate, not stored twice.
+    let again = stream.sink.record(&batch).await;
+    assert!(
+        matches!(again, Err(StoreError::Duplicate { what: "event" })),
+        "{again:?}"
+    );
+    assert!(
+        stream
+            .sink
+            .read_after(&rest.next, 10)
+            .await
+            .unwrap()
+            .events
+            .is_empty()
+    );
+    stream.done().await;
+}
+
+#[tokio::test]
+async fn an_idempotency_key_replays_its_first_uuids_and_refuses_another_body() {
+    let stream = TestStream::new().await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let first = EventSubmission {
+        events: vec![event(account, 1), event(account, 2)],
+        batch_uuid: Some(random_uuid(&OsRandom)),
+        idempotency: Some(claim(account, "retry-1", 7)),
+    };
+    assert_eq!(
+        stream.sink.record(&first).await.unwrap(),
+        RecordOutcome::Recorded
+    );
+    let replayed = RecordOutcome::Replayed {
+        event_uuids: first.events.iter().map(|e| e.event_uuid).collect(),
+        batch_uuid: first.batch_uuid,
+    };
+    let retry = EventSubmission {
+        events: vec![event(account, 3), event(account, 4)],
+        batch_uuid: Some(random_uuid(&OsRandom)),
+        idempotency: Some(claim(account, "retry-1", 7)),
+    };
+    assert_eq!(stream.sink.record(&retry).await.unwrap(), replayed);
+    let other_body = EventSubmission {
+        idempotency: Some(claim(account, "retry-1", 8)),
+        ..retry.clone()
+    };
+    assert_eq!(
+        stream.sink.record(&other_body).await.unwrap(),
+        RecordOutcome::KeyReused
+    );
+    assert_eq!(
+        stream
+            .sink
+            .check_claim(&claim(account, "retry-1", 7))
+            .await
+            .unwrap(),
+        Some(replayed)
+    );
+    assert_eq!(
+        stream
+            .sink
+            .check_claim(&claim(account, "retry-1", 8))
+            .await
+            .unwrap(),
+        Some(RecordOutcome::KeyReused)
+    );
+    assert_eq!(
+        stream
+            .sink
+            .check_claim(&claim(account, "never", 7))
+            .await
+            .unwrap(),
+        None
+    );
+    // Only the first submission's events are in the stream.
+    let page = stream
+        .sink
+        .read_after(&FeedCursor::start(), 10)
+        .await
+        .unwrap();
+    assert_eq!(page.events, first.events);
+    // Another account's key of the same name is its own.
+    let elsewhere = AccountId(random_uuid(&OsRandom));
+    let theirs = EventSubmission {
+        events: vec![event(elsewhere, 5)],
+        batch_uuid: None,
+        idempotency: Some(claim(elsewhere, "retry-1", 7)),
+    };
+    assert_eq!(
+        stream.sink.record(&theirs).await.unwrap(),
+        RecordOutcome::Recorded
+    );
+    stream.done().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_server_fails_fast_with_a_backend_error() {
+    let mut options = NatsOptions::default();
+    options.timeout = Duration::from_millis(500);
+    let started = Instant::now();
+    // Nothing listens on port 1.
+    let outcome = NatsEventSink::connect("nats://127.0.0.1:1", options).await;
+    assert!(
+        matches!(outcome, Err(StoreError::Backend { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn events_are_not_looked_up_by_uuid() {
+    let stream = TestStream::new().await;
+    let found = stream.sink.find_event(random_uuid(&OsRandom)).await;
+    assert!(
+        matches!(found, Err(StoreError::Backend { .. })),
+        "{found:?}"
+    );
+    assert_eq!(
+        stream
+            .sink
+            .purge_expired_claims(datetime!(2026-03-01 12:00 UTC), 10)
+            .await
+            .unwrap(),
+        0
+    );
+    stream.done().await;
+}
