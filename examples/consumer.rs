@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --example consumer -- --store sqlite:conversion-gateway.db
 //! cargo run --example consumer --features postgres -- --store postgres://USER@HOST/DB
+//! cargo run --example consumer -- --events nats://127.0.0.1:4222
 //! ```
 //!
 //! Delivery is at least once: the cursor is written (atomically, by a
@@ -31,6 +32,9 @@ Options:
   --store STORE        sqlite:PATH | postgres://USER@HOST/DB (the server's
                        --store; PostgreSQL needs --features postgres)
                        [default: sqlite:conversion-gateway.db]
+  --events URL         nats://HOST:PORT: read the JetStream stream the server
+                       sends events to (its --events) instead of --store
+  --events-stream NAME The stream [default: CONVERSIONS]
   --cursor-file PATH   Where the cursor is kept between runs; created on the
                        first page [default: consumer.cursor]
   --batch N            Events read per page [default: 100]
@@ -42,6 +46,8 @@ Options:
 /// The parsed command line.
 struct Args {
     store: String,
+    events: Option<String>,
+    events_stream: String,
     cursor_file: PathBuf,
     batch: usize,
     poll: Duration,
@@ -53,6 +59,8 @@ impl Args {
     fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Self>, String> {
         let mut parsed = Args {
             store: "sqlite:conversion-gateway.db".to_owned(),
+            events: None,
+            events_stream: "CONVERSIONS".to_owned(),
             cursor_file: PathBuf::from("consumer.cursor"),
             batch: 100,
             poll: Duration::from_millis(500),
@@ -63,6 +71,8 @@ impl Args {
             match flag.as_str() {
                 "-h" | "--help" => return Ok(None),
                 "--store" => parsed.store = value()?,
+                "--events" => parsed.events = Some(value()?),
+                "--events-stream" => parsed.events_stream = value()?,
                 "--cursor-file" => parsed.cursor_file = value()?.into(),
                 "--batch" => {
                     parsed.batch = value()?
@@ -109,7 +119,10 @@ async fn main() -> ExitCode {
 
 /// Reads and prints until `--once` finds nothing new, or Ctrl-C.
 async fn run(args: &Args) -> Result<(), String> {
-    let feed = open_feed(&args.store).await?;
+    let feed = match &args.events {
+        Some(url) => open_stream(url, &args.events_stream).await?,
+        None => open_feed(&args.store).await?,
+    };
     let mut cursor = read_cursor(&args.cursor_file)?;
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
@@ -172,6 +185,16 @@ async fn open_feed(store: &str) -> Result<Arc<dyn EventFeed>, String> {
     Err(format!(
         "--store must be sqlite:PATH or postgres://... (the memory store lives inside the server), not {store:?}"
     ))
+}
+
+/// The feed of the JetStream stream `name` at `url`.
+async fn open_stream(url: &str, name: &str) -> Result<Arc<dyn EventFeed>, String> {
+    let mut options = conversion_gateway::NatsOptions::default();
+    options.stream = name.to_owned();
+    let sink = conversion_gateway::NatsEventSink::connect(url, options)
+        .await
+        .map_err(|error| format!("cannot read the stream {name}: {error}"))?;
+    Ok(Arc::new(sink))
 }
 
 /// The kept cursor, or the start of the feed when there is none yet.

@@ -49,7 +49,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conversion_gateway::{Gateway, GatewayConfig, PurgeReport, RefreshPolicy, SystemClock};
+use conversion_gateway::{
+    Gateway, GatewayConfig, NatsEventSink, NatsOptions, PurgeReport, RefreshPolicy, SystemClock,
+};
 use tokio::net::TcpListener;
 use tracing::Level;
 use tracing_subscriber::filter::Targets;
@@ -119,6 +121,12 @@ Options:
                            open | closed: when Redis does not answer, accept
                            events uncounted, or refuse them with 503
                            [default: open]
+  --events nats://HOST:PORT
+                           Send events to a NATS JetStream stream (created if
+                           missing, file storage, one subject per account)
+                           instead of --store, which keeps OAuth state,
+                           accounts and keys [default: events in --store]
+  --events-stream NAME     The JetStream stream [default: CONVERSIONS]
   -h, --help               Print this help
 
 Operator commands (admin --help tells more), on the store and key given by
@@ -168,6 +176,10 @@ struct Args {
     refresh_policy: RefreshPolicy,
     /// `--limit-per-*` and `--rate-limit-*`.
     limits: LimitSettings,
+    /// `--events nats://HOST:PORT`: events go to JetStream, not `--store`.
+    events: Option<String>,
+    /// `--events-stream`: the JetStream stream's name.
+    events_stream: String,
 }
 
 /// The refresh policy a `--refresh-policy` value names, with the default
@@ -196,6 +208,8 @@ impl Args {
             connections: ConnectionLimits::default(),
             refresh_policy: RefreshPolicy::default(),
             limits: LimitSettings::default(),
+            events: None,
+            events_stream: "CONVERSIONS".to_owned(),
         };
         while let Some(arg) = args.next() {
             if arg == "-h" || arg == "--help" {
@@ -230,6 +244,26 @@ impl Args {
                     parsed.connections.shutdown_timeout = seconds(&flag, &value()?)?;
                 }
                 "--refresh-policy" => parsed.refresh_policy = refresh_policy(&value()?)?,
+                "--events" => {
+                    let url = value()?;
+                    if !url.starts_with("nats://") {
+                        return Err(format!("--events must be nats://HOST:PORT, not {url:?}"));
+                    }
+                    parsed.events = Some(url);
+                }
+                "--events-stream" => {
+                    let name = value()?;
+                    let valid = !name.is_empty()
+                        && name
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                    if !valid {
+                        return Err(format!(
+                            "--events-stream must be letters, digits, _ and -, not {name:?}"
+                        ));
+                    }
+                    parsed.events_stream = name;
+                }
                 _ if flag.starts_with("--limit-per-") || flag.starts_with("--rate-limit-") => {
                     if !parsed.limits.apply(&flag, &value()?)? {
                         return Err(format!("unknown argument {flag:?}"));
@@ -384,7 +418,19 @@ async fn start(args: &Args) -> Result<Started, String> {
     config.refresh_policy = args.refresh_policy;
     config.rate_limits = args.limits.limits;
     config.rate_limiter_failure = args.limits.failure;
-    let stores = store.stores();
+    let mut stores = store.stores();
+    if let Some(url) = &args.events {
+        let mut options = NatsOptions::default();
+        options.stream.clone_from(&args.events_stream);
+        options.duplicate_window = config
+            .idempotency_retention
+            .try_into()
+            .unwrap_or(options.duplicate_window);
+        let sink = NatsEventSink::connect(url, options)
+            .await
+            .map_err(|error| format!("--events: {}", describe(&error)))?;
+        stores.events = Arc::new(sink);
+    }
     let gateway = Arc::new(
         Gateway::new(config, stores.clone(), key.hasher())
             .with_rate_limiter(args.limits.limiter()?),
@@ -420,6 +466,7 @@ async fn start(args: &Args) -> Result<Started, String> {
         %address,
         %base_url,
         store = %args.store,
+        events = if args.events.is_some() { "nats" } else { "store" },
         rate_limits = %args.limits.describe_store(),
         "listening"
     );

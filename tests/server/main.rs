@@ -13,6 +13,7 @@ mod admin;
 mod browser;
 mod consumer;
 mod dialog;
+mod events_nats;
 mod introspection;
 mod oauth2_client;
 mod process;
