@@ -191,6 +191,8 @@ async fn open_feed(store: &str) -> Result<Arc<dyn EventFeed>, String> {
 async fn open_stream(url: &str, name: &str) -> Result<Arc<dyn EventFeed>, String> {
     let mut options = conversion_gateway::NatsOptions::default();
     options.stream = name.to_owned();
+    // As the server names them: the stream's name in lower case.
+    options.subject_prefix = name.to_lowercase();
     let sink = conversion_gateway::NatsEventSink::connect(url, options)
         .await
         .map_err(|error| format!("cannot read the stream {name}: {error}"))?;

@@ -123,7 +123,8 @@ Options:
                            [default: open]
   --events nats://HOST:PORT
                            Send events to a NATS JetStream stream (created if
-                           missing, file storage, one subject per account)
+                           missing, file storage, one subject per account,
+                           STREAM.ACCOUNT with the stream's name in lower case)
                            instead of --store, which keeps OAuth state,
                            accounts and keys [default: events in --store]
   --events-stream NAME     The JetStream stream [default: CONVERSIONS]
@@ -422,6 +423,10 @@ async fn start(args: &Args) -> Result<Started, String> {
     if let Some(url) = &args.events {
         let mut options = NatsOptions::default();
         options.stream.clone_from(&args.events_stream);
+        // Subjects named after the stream (`CONVERSIONS` takes
+        // `conversions.>`), so that streams of other deployments on the
+        // same NATS never overlap.
+        options.subject_prefix = args.events_stream.to_lowercase();
         options.duplicate_window = config
             .idempotency_retention
             .try_into()

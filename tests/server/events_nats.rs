@@ -120,3 +120,215 @@ fn an_unreachable_nats_stops_the_server_at_start_with_a_message() {
     let (status, stderr) = Launch::memory(&["--events", "http://x"]).fail();
     assert_eq!(status.code(), Some(2), "{stderr}");
 }
+
+/// Every event of `stream`'s feed, read through the library's sink.
+async fn stream_uuids(stream: &str) -> std::collections::HashSet<String> {
+    use conversion_gateway::{EventFeed, FeedCursor, NatsEventSink, NatsOptions};
+    let mut options = NatsOptions::default();
+    options.stream = stream.to_owned();
+    options.subject_prefix = stream.to_lowercase();
+    let sink = NatsEventSink::connect(&nats_url(), options)
+        .await
+        .expect("connect");
+    let mut cursor = FeedCursor::start();
+    let mut uuids = std::collections::HashSet::new();
+    loop {
+        let page = sink
+            .read_after(&cursor, 1000)
+            .await
+            .expect("read the stream");
+        if page.events.is_empty() {
+            return uuids;
+        }
+        uuids.extend(page.events.iter().map(|e| e.event_uuid.to_string()));
+        cursor = page.next;
+    }
+}
+
+/// Posts `total` conversions over `connections` concurrent connections to
+/// `base` (a new contact each, so no limit applies), calling `midway` once
+/// half have been acknowledged; the `event_uuid`s of the 200s.
+async fn burst(
+    base: String,
+    api_key: String,
+    total: usize,
+    connections: usize,
+    midway: impl FnOnce() + Send + 'static,
+) -> Vec<String> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let sent = Arc::new(AtomicUsize::new(0));
+    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let midway = Arc::new(std::sync::Mutex::new(Some(midway)));
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..connections)
+        .map(|_| {
+            let (sent, acknowledged, midway) = (sent.clone(), acknowledged.clone(), midway.clone());
+            let (client, base, api_key) = (client.clone(), base.clone(), api_key.clone());
+            tokio::spawn(async move {
+                loop {
+                    let n = sent.fetch_add(1, Ordering::Relaxed);
+                    if n >= total {
+                        return;
+                    }
+                    let body = conversion_body(&format!("burst{n}@example.com")).to_string();
+                    let reply = client
+                        .post(format!("{base}/platform/conversions?api_key={api_key}"))
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await;
+                    let Ok(reply) = reply else { continue };
+                    if reply.status() != 200 {
+                        continue;
+                    }
+                    let Ok(text) = reply.text().await else {
+                        continue;
+                    };
+                    let value: Value = serde_json::from_str(&text).unwrap();
+                    let mut acknowledged = acknowledged.lock().unwrap();
+                    acknowledged.push(value["event_uuid"].as_str().unwrap().to_owned());
+                    if acknowledged.len() == total / 2
+                        && let Some(midway) = midway.lock().unwrap().take()
+                    {
+                        midway();
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    std::sync::Arc::try_unwrap(acknowledged)
+        .unwrap()
+        .into_inner()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_acknowledged_event_is_in_the_stream_after_the_server_is_killed_halfway() {
+    let url = nats_url();
+    let stream = Stream(format!(
+        "CG_KILL_{}",
+        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
+    ));
+    let server = std::sync::Arc::new(
+        Launch::memory(&["--events", &url, "--events-stream", &stream.0]).start(),
+    );
+    let killer = server.clone();
+    let acknowledged = burst(
+        server.url.clone(),
+        server.demo.api_key.clone(),
+        10_000,
+        64,
+        move || killer.kill(),
+    )
+    .await;
+    assert!(
+        acknowledged.len() >= 5_000 && acknowledged.len() < 10_000,
+        "killed halfway: {} acknowledged",
+        acknowledged.len()
+    );
+    let stored = stream_uuids(&stream.0).await;
+    let lost: Vec<_> = acknowledged
+        .iter()
+        .filter(|id| !stored.contains(*id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged events lost: {lost:?}",
+        lost.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_acknowledged_event_is_in_the_stream_after_nats_connections_drop() {
+    let url = nats_url();
+    let stream = Stream(format!(
+        "CG_DROP_{}",
+        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
+    ));
+    let proxy = Proxy::start(url.trim_start_matches("nats://")).await;
+    let server = Launch::memory(&[
+        "--events",
+        &format!("nats://{}", proxy.address),
+        "--events-stream",
+        &stream.0,
+    ])
+    .start();
+    let cut = proxy.cut.clone();
+    let acknowledged = burst(
+        server.url.clone(),
+        server.demo.api_key.clone(),
+        4_000,
+        64,
+        move || cut.notify_waiters(),
+    )
+    .await;
+    assert!(acknowledged.len() >= 2_000, "{}", acknowledged.len());
+    let stored = stream_uuids(&stream.0).await;
+    let lost: Vec<_> = acknowledged
+        .iter()
+        .filter(|id| !stored.contains(*id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged events lost: {lost:?}",
+        lost.len()
+    );
+    assert!(
+        proxy.connections() >= 2,
+        "the server reconnected after the cut ({} connections)",
+        proxy.connections()
+    );
+    let (status, logs) = server.stop();
+    assert!(status.success(), "{status}: {logs}");
+}
+
+/// A TCP proxy to NATS whose connections can all be cut at once.
+struct Proxy {
+    address: std::net::SocketAddr,
+    cut: std::sync::Arc<tokio::sync::Notify>,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Proxy {
+    async fn start(target: &str) -> Self {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (target, cut_all, count) = (target.to_owned(), cut.clone(), accepted.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::Relaxed);
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let cut = cut_all.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        // Dropping both sockets resets the connection.
+                        () = cut.notified() => {}
+                    }
+                });
+            }
+        });
+        Self {
+            address,
+            cut,
+            accepted,
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}

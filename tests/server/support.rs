@@ -279,6 +279,16 @@ impl Server {
     }
 
     /// Sends SIGTERM (the graceful stop), without waiting.
+    /// Kills the process at once (`SIGKILL`): a crash, no shutdown.
+    pub fn kill(&self) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -KILL {pid}: {status}");
+    }
+
     pub fn terminate(&self) {
         let pid = self.child.as_ref().expect("running").id();
         let status = Command::new("kill")
