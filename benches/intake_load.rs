@@ -6,8 +6,9 @@
 //!   fresh uuid (the limit of the HTTP layer here), served by this program
 //!   in a process of its own (`--serve-bare`), like the servers it is
 //!   compared with;
-//! - `memory`, `sqlite`, `postgres`: the example server's release binary
-//!   (`examples/server`) on each store, started through its command line.
+//! - `memory`, `sqlite`, `postgres`, `jetstream`: the example server's
+//!   release binary (`examples/server`) on each store, started through its
+//!   command line (`jetstream`: events to NATS JetStream, `--events`).
 //!
 //! Targets take turns, round after round, so that a noisy shared machine
 //! moves them alike; the table gives each target's median round and its
@@ -27,7 +28,9 @@
 //! program's hyper clients (see [`Generator`]).
 //!
 //! `postgres` runs when `DATABASE_URL` names a server, in a schema of its
-//! own that is dropped at the end. Not part of CI.
+//! own that is dropped at the end; `jetstream` (the memory store, events
+//! sent to a JetStream stream with `--events`) when `NATS_URL` does, on a
+//! stream of its own deleted at the end. Not part of CI.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -144,20 +147,36 @@ async fn run(options: Options) {
         refresher: None,
     }];
     let postgres = std::env::var("DATABASE_URL").ok().map(postgres_store);
-    let mut stores = vec![
-        ("memory", "memory".to_owned()),
+    let mut stores: Vec<(&str, String, Vec<String>)> = vec![
+        ("memory", "memory".to_owned(), Vec::new()),
         (
             "sqlite",
             format!("sqlite:{}", dir.join("load.db").display()),
+            Vec::new(),
         ),
     ];
     if let Some((_, url)) = &postgres {
-        stores.push(("postgres", url.clone()));
+        stores.push(("postgres", url.clone(), Vec::new()));
     } else {
         eprintln!("DATABASE_URL is not set: postgres is left out");
     }
-    for (name, store) in stores {
-        let (process, address, credentials) = start_server(&binary, &dir, name, &store);
+    // JetStream: events to a stream of this run's own, the rest in memory.
+    let jetstream = std::env::var("NATS_URL").ok().map(|url| {
+        let stream = format!("BENCH_{}", std::process::id());
+        let args = vec![
+            "--events".to_owned(),
+            url.clone(),
+            "--events-stream".to_owned(),
+            stream.clone(),
+        ];
+        stores.push(("jetstream", "memory".to_owned(), args));
+        (url, stream)
+    });
+    if jetstream.is_none() {
+        eprintln!("NATS_URL is not set: jetstream is left out");
+    }
+    for (name, store, extra) in stores {
+        let (process, address, credentials) = start_server(&binary, &dir, name, &store, &extra);
         let refresher = Refresher::connect(address, &credentials).await;
         targets.push(Target {
             name,
@@ -247,6 +266,13 @@ async fn run(options: Options) {
     }
     if let Some((drop_schema, _)) = postgres {
         drop_schema();
+    }
+    if let Some((url, stream)) = jetstream
+        && let Ok(client) = async_nats::connect(url).await
+    {
+        let _ = async_nats::jetstream::new(client)
+            .delete_stream(&stream)
+            .await;
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -591,6 +617,7 @@ fn start_server(
     dir: &std::path::Path,
     name: &str,
     store: &str,
+    extra: &[String],
 ) -> (Child, SocketAddr, Value) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
@@ -602,6 +629,7 @@ fn start_server(
         // The flood repeats one contact's event: the default limit of 120
         // per lead a day would refuse all but the first 120.
         .args(["--limit-per-lead", "off"])
+        .args(extra)
         .arg("--key-file")
         .arg(dir.join(format!("{name}.key")))
         .arg("--demo-credentials")
