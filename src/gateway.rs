@@ -51,6 +51,31 @@ impl Stores {
     }
 }
 
+/// What [`Gateway::readiness`] found: each store by name (`tokens`,
+/// `clients`, `accounts`, `api_keys`, `events`), and whether it answered.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Readiness {
+    /// Each store, with its failure if it did not answer.
+    pub stores: Vec<(&'static str, Option<StoreError>)>,
+}
+
+impl Readiness {
+    /// Whether every store answered.
+    pub fn is_ready(&self) -> bool {
+        self.stores.iter().all(|(_, failure)| failure.is_none())
+    }
+
+    /// The names of the stores that did not answer.
+    pub fn failed(&self) -> Vec<&'static str> {
+        self.stores
+            .iter()
+            .filter(|(_, failure)| failure.is_some())
+            .map(|(name, _)| *name)
+            .collect()
+    }
+}
+
 /// What [`Gateway::purge_expired`] deleted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -269,6 +294,20 @@ impl Gateway {
             }
         }
         Ok(report)
+    }
+
+    /// Asks every store whether its backend answers (a cheap round trip
+    /// each, with a short timeout), for a load balancer's readiness check:
+    /// an instance whose database is gone should get no traffic.
+    pub async fn readiness(&self) -> Readiness {
+        let stores = &self.stores;
+        let mut checked = Vec::with_capacity(5);
+        checked.push(("tokens", stores.tokens.ready().await.err()));
+        checked.push(("clients", stores.clients.ready().await.err()));
+        checked.push(("accounts", stores.accounts.ready().await.err()));
+        checked.push(("api_keys", stores.api_keys.ready().await.err()));
+        checked.push(("events", stores.events.ready().await.err()));
+        Readiness { stores: checked }
     }
 
     /// Switches an API key off or back on. Returns whether it exists.

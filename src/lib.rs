@@ -144,7 +144,8 @@ pub use secret::{
 
 // The service: construction, and one method per endpoint.
 mod gateway;
-pub use gateway::{Gateway, PurgeReport, Stores};
+pub mod metrics;
+pub use gateway::{Gateway, PurgeReport, Readiness, Stores};
 
 // OAuth 2.0 for third-party applications.
 mod oauth;

@@ -1,8 +1,9 @@
 //! The whole app as one router: the library's JSON routes
 //! (`conversion_gateway::axum::router`: token, revocation and the three
 //! event routes, with their body limits, CORS and JSON errors) merged with
-//! the dialog's pages and the account's page of connected applications,
-//! under a request log and a JSON 500 for panics.
+//! the dialog's pages, the account's page of connected applications and
+//! the operator's endpoints (`/healthz`, `/readyz`, `/metrics`), under a
+//! request log with request ids and a JSON 500 for panics.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,13 +15,23 @@ use axum::response::{IntoResponse as _, Response};
 use conversion_gateway::{Gateway, HttpAnswer};
 use tower_http::catch_panic::CatchPanicLayer;
 
+use axum::http::HeaderValue;
+use metrics_exporter_prometheus::PrometheusHandle;
+
 use crate::account;
 use crate::dialog::{self, DialogState};
+use crate::operating;
 
-/// Every route of the service on `gateway`, the dialog's with `dialog`.
-pub fn router(gateway: Arc<Gateway>, dialog: DialogState) -> Router {
+/// Every route of the service on `gateway`, the dialog's with `dialog`,
+/// and `/metrics` from `metrics` unless they have a listener of their own.
+pub fn router(
+    gateway: Arc<Gateway>,
+    dialog: DialogState,
+    metrics: Option<PrometheusHandle>,
+) -> Router {
     dialog::routes(dialog.clone())
         .merge(account::routes(dialog))
+        .merge(operating::routes(gateway.clone(), metrics))
         .merge(conversion_gateway::axum::router(gateway))
         // The library's routes answer their own panics; this covers the
         // dialog's.
@@ -35,21 +46,27 @@ pub fn router(gateway: Arc<Gateway>, dialog: DialogState) -> Router {
         .layer(middleware::from_fn(log_request))
 }
 
-/// One log line per request: method, path, status and latency. The path
-/// only: the query string carries `api_key` on /platform/conversions and may
-/// carry a `code` on /auth/token, and keys in logs are a leak waiting to
-/// happen.
+/// One log line per request: its id, method, path, status and latency;
+/// the id also goes back in `X-Request-Id`, so that a client's report can
+/// be found in the log (a client-sent id is kept if it is well-formed).
+/// The path only: the query string carries `api_key` on
+/// /platform/conversions and may carry a `code` on /auth/token, and keys in
+/// logs are a leak waiting to happen.
 async fn log_request(request: Request, next: Next) -> Response {
+    let request_id = operating::request_id(&request);
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let started = Instant::now();
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
     let status = response.status().as_u16();
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
     if status >= 500 {
-        tracing::warn!(%method, path, status, latency_ms, "request");
+        tracing::warn!(request_id, %method, path, status, latency_ms, "request");
     } else {
-        tracing::info!(%method, path, status, latency_ms, "request");
+        tracing::info!(request_id, %method, path, status, latency_ms, "request");
+    }
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(operating::REQUEST_ID, value);
     }
     response
 }

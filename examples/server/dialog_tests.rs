@@ -88,7 +88,7 @@ impl Server {
         let clock = Arc::new(ManualClock::at_epoch_of_tests());
         let dialog = DialogState::new(gateway.clone(), &key, passwords, limits, clock.clone());
         Self {
-            router: crate::app::router(gateway, dialog),
+            router: crate::app::router(gateway, dialog, None),
             demo,
             clock,
         }

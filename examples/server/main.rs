@@ -23,6 +23,7 @@
 //! | `pages.rs` | the HTML template, escaping and the page headers |
 //! | `key_file.rs` | the server key and the private files' permissions |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
+//! | `operating.rs` | `/healthz`, `/readyz`, `/metrics`, request ids |
 //! | `demo.rs` | the demo app, account and API key, and their file |
 //! | `serve.rs` | the connections: header timeout, cap, shutdown deadline |
 
@@ -35,6 +36,7 @@ mod dialog;
 mod dialog_tests;
 mod key_file;
 mod limits;
+mod operating;
 mod pages;
 mod passwords;
 mod serve;
@@ -62,6 +64,7 @@ use demo::seed_demo;
 use dialog::{DialogState, LoginLimits};
 use key_file::{ServerKey, sqlite_files, warn_if_exposed};
 use limits::LimitSettings;
+use metrics_exporter_prometheus::PrometheusHandle;
 use passwords::Passwords;
 use serve::{ConnectionLimits, Drained};
 use store::{OpenStore, StoreChoice};
@@ -128,7 +131,17 @@ Options:
                            instead of --store, which keeps OAuth state,
                            accounts and keys [default: events in --store]
   --events-stream NAME     The JetStream stream [default: CONVERSIONS]
+  --metrics-listen ADDR    Serve GET /metrics on a listener of its own
+                           (for a network only the monitoring reaches)
+                           instead of beside the API [default: beside it]
   -h, --help               Print this help
+
+Operating: GET /healthz answers 200 while the process serves; GET /readyz
+200 when every store answers within 2 s, else 503 naming the stores that did
+not; GET /metrics the Prometheus text format (cg_requests_total,
+cg_events_recorded_total, cg_store_operation_seconds, ...). Every answer
+carries X-Request-Id, also in its log line (a client's own is kept if it is
+1 to 64 letters, digits, -, _ or .).
 
 Operator commands (admin --help tells more), on the store and key given by
 --store and --key-file, each printing one JSON object, the server not started:
@@ -181,6 +194,8 @@ struct Args {
     events: Option<String>,
     /// `--events-stream`: the JetStream stream's name.
     events_stream: String,
+    /// `--metrics-listen`: a listener of their own for `/metrics`.
+    metrics_listen: Option<String>,
 }
 
 /// The refresh policy a `--refresh-policy` value names, with the default
@@ -211,6 +226,7 @@ impl Args {
             limits: LimitSettings::default(),
             events: None,
             events_stream: "CONVERSIONS".to_owned(),
+            metrics_listen: None,
         };
         while let Some(arg) = args.next() {
             if arg == "-h" || arg == "--help" {
@@ -252,6 +268,7 @@ impl Args {
                     }
                     parsed.events = Some(url);
                 }
+                "--metrics-listen" => parsed.metrics_listen = Some(value()?),
                 "--events-stream" => {
                     let name = value()?;
                     let valid = !name.is_empty()
@@ -390,6 +407,10 @@ struct Started {
     dialog: DialogState,
     gateway: Arc<Gateway>,
     connections: ConnectionLimits,
+    /// Renders the metrics.
+    metrics: PrometheusHandle,
+    /// `--metrics-listen`'s listener, if any.
+    metrics_listener: Option<TcpListener>,
 }
 
 /// Opens the store, reads the key, binds the listener, seeds the demo data
@@ -475,12 +496,28 @@ async fn start(args: &Args) -> Result<Started, String> {
         rate_limits = %args.limits.describe_store(),
         "listening"
     );
+    let metrics = operating::metrics_handle()?;
+    let metrics_listener = match &args.metrics_listen {
+        Some(address) => {
+            let listener = TcpListener::bind(address)
+                .await
+                .map_err(|error| format!("cannot listen on {address} for metrics: {error}"))?;
+            let bound = listener
+                .local_addr()
+                .map_err(|error| format!("cannot read the metrics address: {error}"))?;
+            tracing::info!(address = %bound, "metrics listening");
+            Some(listener)
+        }
+        None => None,
+    };
     Ok(Started {
         store,
         listener,
         dialog,
         gateway,
         connections: args.connections,
+        metrics,
+        metrics_listener,
     })
 }
 
@@ -489,13 +526,29 @@ impl Started {
     /// (up to `--shutdown-timeout`), then closes the store.
     async fn serve(self, shutdown: impl Future<Output = ()>) {
         let purge = tokio::spawn(purge_periodically(self.gateway.clone(), PURGE_EVERY));
+        // /metrics beside the API, or on its own listener.
+        let (beside, own) = match self.metrics_listener {
+            Some(listener) => {
+                let routes = operating::metrics_routes(self.metrics);
+                (
+                    None,
+                    Some(tokio::spawn(
+                        async move { axum::serve(listener, routes).await },
+                    )),
+                )
+            }
+            None => (Some(self.metrics), None),
+        };
         let drained = serve::serve(
             self.listener,
-            app::router(self.gateway.clone(), self.dialog),
+            app::router(self.gateway.clone(), self.dialog, beside),
             self.connections,
             shutdown,
         )
         .await;
+        if let Some(metrics) = own {
+            metrics.abort();
+        }
         // No request runs any more: whatever was acknowledged is in the
         // store. Closing it checkpoints SQLite's write-ahead log. A purge
         // cut off here loses nothing: each of its statements is atomic, and

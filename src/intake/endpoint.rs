@@ -65,6 +65,26 @@ pub enum IntakeError {
 /// A 400, 401, 413, 415, 422 or 429 with the service's error body, the
 /// bearer challenge, or a 503 (the store's, or the limiter's when it fails
 /// closed). Exhaustive.
+impl IntakeError {
+    /// How a request refused with this error counts in
+    /// `cg_requests_total`.
+    pub(crate) fn outcome(&self) -> crate::metrics::Outcome {
+        use crate::metrics::Outcome;
+        match self {
+            IntakeError::InvalidApiKey => Outcome::RefusedAuthentication,
+            IntakeError::Bearer(BearerError::Store(_)) => Outcome::Unavailable,
+            IntakeError::Bearer(_) => Outcome::RefusedAuthentication,
+            IntakeError::UnsupportedMediaType
+            | IntakeError::MalformedQuery
+            | IntakeError::Invalid(_)
+            | IntakeError::InvalidIdempotencyKey
+            | IntakeError::IdempotencyKeyReused => Outcome::RefusedValidation,
+            IntakeError::RateLimited(_) => Outcome::RefusedLimit,
+            IntakeError::LimiterUnavailable | IntakeError::Store(_) => Outcome::Unavailable,
+        }
+    }
+}
+
 impl ToHttpAnswer for IntakeError {
     fn to_http_answer(&self, context: &AnswerContext<'_>) -> HttpAnswer {
         let message = self.to_string();
@@ -156,6 +176,15 @@ enum Route {
 }
 
 impl Route {
+    /// The endpoint's name in metrics.
+    fn endpoint(self) -> &'static str {
+        match self {
+            Route::Conversion => "conversion",
+            Route::Event => "event",
+            Route::Batch => "batch",
+        }
+    }
+
     fn tag(self) -> &'static [u8] {
         match self {
             Route::Conversion => b"conversions\0",
@@ -219,6 +248,15 @@ impl Gateway {
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
+        let result = self.conversion_request(request).await;
+        Self::observe(Route::Conversion, &result);
+        result
+    }
+
+    async fn conversion_request(
+        &self,
+        request: &RequestParts<'_>,
+    ) -> Result<IntakeReceipt, IntakeError> {
         let query =
             Params::from_form(request.query.as_bytes()).map_err(|_| IntakeError::MalformedQuery)?;
         let key = query.get("api_key").ok_or(IntakeError::InvalidApiKey)?;
@@ -231,6 +269,19 @@ impl Gateway {
             .await
     }
 
+    /// Counts a request of `route` that ended with `result`.
+    fn observe(route: Route, result: &Result<IntakeReceipt, IntakeError>) {
+        let endpoint = route.endpoint();
+        let outcome = crate::oauth::token_endpoint::outcome(result, IntakeError::outcome);
+        crate::metrics::request(endpoint, outcome);
+        if let Ok(receipt) = result
+            && !receipt.replayed
+        {
+            let batch = matches!(route, Route::Batch);
+            crate::metrics::events_recorded(endpoint, receipt.event_uuids.len(), batch);
+        }
+    }
+
     /// `POST /platform/events` with `Authorization: Bearer`: one event from
     /// an application.
     ///
@@ -241,9 +292,14 @@ impl Gateway {
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
-        let (account, credential) = self.bearer_account(request).await?;
-        self.intake(request, &account, credential, Route::Event)
-            .await
+        let result = async {
+            let (account, credential) = self.bearer_account(request).await?;
+            self.intake(request, &account, credential, Route::Event)
+                .await
+        }
+        .await;
+        Self::observe(Route::Event, &result);
+        result
     }
 
     /// `POST /platform/events/batch` with `Authorization: Bearer`: a JSON
@@ -256,9 +312,14 @@ impl Gateway {
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
-        let (account, credential) = self.bearer_account(request).await?;
-        self.intake(request, &account, credential, Route::Batch)
-            .await
+        let result = async {
+            let (account, credential) = self.bearer_account(request).await?;
+            self.intake(request, &account, credential, Route::Batch)
+                .await
+        }
+        .await;
+        Self::observe(Route::Batch, &result);
+        result
     }
 
     async fn bearer_account(
@@ -355,7 +416,9 @@ impl Gateway {
             }
             Err(error) => return Err(error),
         };
+        let timer = crate::metrics::store_operation("events", "record");
         let outcome = self.stores.events.record(&submission).await;
+        timer.done();
         if charged && !matches!(outcome, Ok(RecordOutcome::Recorded)) {
             // Nothing new was recorded (a replay, a reused key, a failed
             // store): the request's charge is handed back. A refund that

@@ -154,6 +154,16 @@ impl Gateway {
         &self,
         request: &RequestParts<'_>,
     ) -> Result<Introspection, TokenError> {
+        let result = self.introspect_request(request).await;
+        let outcome = crate::oauth::token_endpoint::outcome(&result, TokenError::outcome);
+        crate::metrics::request("introspect", outcome);
+        result
+    }
+
+    async fn introspect_request(
+        &self,
+        request: &RequestParts<'_>,
+    ) -> Result<Introspection, TokenError> {
         let params = Params::from_body(request.content_type, request.body).map_err(params_error)?;
         let presented = presented_client(&params, request.authorization)?
             .ok_or(TokenError::InvalidClient { basic: false })?;

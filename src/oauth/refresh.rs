@@ -42,13 +42,17 @@ impl Gateway {
             // One atomic step: should it fail, the presented token is still
             // active and the client's retry is a refresh like the first,
             // not a reuse.
-            match self
+            let timer = crate::metrics::store_operation("tokens", "rotate_refresh_token");
+            let rotation = self
                 .stores
                 .tokens
                 .rotate_refresh_token(&hash, &successor_record, &access, now)
-                .await?
-            {
+                .await?;
+            timer.done();
+            match rotation {
                 Rotation::Rotated => {
+                    crate::metrics::refresh("rotated");
+                    crate::metrics::token_issued("refresh_token");
                     return Ok(self.stored_tokens(access_token, successor, caller));
                 }
                 // Lost a race with a concurrent refresh of the same token:
@@ -63,7 +67,14 @@ impl Gateway {
             }
         }
         match decision {
-            RefreshDecision::KeepToken => self.issue_access(caller, presented, now).await,
+            RefreshDecision::KeepToken => {
+                let issued = self.issue_access(caller, presented, now).await;
+                if issued.is_ok() {
+                    crate::metrics::refresh("kept");
+                    crate::metrics::token_issued("refresh_token");
+                }
+                issued
+            }
             RefreshDecision::ReissueSuccessor(successor_hash) => {
                 self.reissue_successor(caller, &presented, successor_hash, now)
                     .await
@@ -121,7 +132,12 @@ impl Gateway {
         if successor.hash(&self.hasher) == successor_hash
             && live.is_some_and(|record| is_active(&record) && !record.revoked)
         {
-            return self.issue_access(caller, successor, now).await;
+            let issued = self.issue_access(caller, successor, now).await;
+            if issued.is_ok() {
+                crate::metrics::refresh("grace_replay");
+                crate::metrics::token_issued("refresh_token");
+            }
+            return issued;
         }
         self.reused(caller.grant_id, now).await
     }
@@ -134,6 +150,7 @@ impl Gateway {
         now: time::OffsetDateTime,
     ) -> Result<TokenResponse, TokenError> {
         self.stores.tokens.revoke_grant(grant_id, now).await?;
+        crate::metrics::refresh("reuse_detected");
         Err(TokenError::InvalidRefreshToken)
     }
 }

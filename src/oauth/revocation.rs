@@ -65,6 +65,28 @@ impl Gateway {
     /// [`RevocationError`]: the request or the caller's credentials were
     /// refused, or the store failed.
     pub async fn revoke(&self, request: &RequestParts<'_>) -> Result<Revocation, RevocationError> {
+        let result = self.revoke_request(request).await;
+        let outcome = crate::oauth::token_endpoint::outcome(&result, |error| match error {
+            RevocationError::Request(error) => error.outcome(),
+            RevocationError::Bearer(BearerError::Store(_)) => crate::metrics::Outcome::Unavailable,
+            RevocationError::Bearer(_) => crate::metrics::Outcome::RefusedAuthentication,
+        });
+        crate::metrics::request("revoke", outcome);
+        if matches!(
+            &result,
+            Ok(Revocation {
+                revoked_grant: Some(_)
+            })
+        ) {
+            crate::metrics::revocation();
+        }
+        result
+    }
+
+    async fn revoke_request(
+        &self,
+        request: &RequestParts<'_>,
+    ) -> Result<Revocation, RevocationError> {
         let params = Params::from_body(request.content_type, request.body).map_err(params_error)?;
         let token = params
             .get("token")

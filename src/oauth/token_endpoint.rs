@@ -128,6 +128,12 @@ impl Gateway {
     /// [`TokenError`]: the request, the client or the grant was refused, or
     /// the store failed.
     pub async fn token(&self, request: &RequestParts<'_>) -> Result<TokenResponse, TokenError> {
+        let result = self.token_request(request).await;
+        crate::metrics::request("token", outcome(&result, TokenError::outcome));
+        result
+    }
+
+    async fn token_request(&self, request: &RequestParts<'_>) -> Result<TokenResponse, TokenError> {
         let params = Params::from_body(request.content_type, request.body).map_err(params_error)?;
         let query = Params::from_form(request.query.as_bytes()).map_err(params_error)?;
         let presented =
@@ -205,13 +211,18 @@ impl Gateway {
         let (access_token, access) = self.new_access_token(&caller, now);
         // One atomic step: should it fail, the code is still unused and the
         // client's retry is an exchange like the first, not a replay.
-        match self
+        let timer = crate::metrics::store_operation("tokens", "redeem_code");
+        let taken = self
             .stores
             .tokens
             .redeem_code(&hash, &refresh, &access)
-            .await?
-        {
-            CodeTake::Taken(_) => Ok(self.stored_tokens(access_token, refresh_token, caller)),
+            .await?;
+        timer.done();
+        match taken {
+            CodeTake::Taken(_) => {
+                crate::metrics::token_issued("authorization_code");
+                Ok(self.stored_tokens(access_token, refresh_token, caller))
+            }
             // Lost a race with another exchange of the same code.
             CodeTake::AlreadyTaken { grant_id, .. } => self.replayed_code(grant_id, now).await,
             CodeTake::NotFound => Err(TokenError::InvalidCode),
@@ -270,5 +281,17 @@ impl Gateway {
             expires_in: self.config.access_token_lifetime.whole_seconds(),
             caller,
         }
+    }
+}
+
+/// How a result counts in `cg_requests_total`: accepted, or as its error
+/// says.
+pub(crate) fn outcome<T, E>(
+    result: &Result<T, E>,
+    refused: impl FnOnce(&E) -> crate::metrics::Outcome,
+) -> crate::metrics::Outcome {
+    match result {
+        Ok(_) => crate::metrics::Outcome::Accepted,
+        Err(error) => refused(error),
     }
 }

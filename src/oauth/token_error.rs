@@ -78,6 +78,29 @@ pub enum TokenError {
     Store(#[from] StoreError),
 }
 
+impl TokenError {
+    /// How a request refused with this error counts in
+    /// `cg_requests_total`.
+    pub(crate) fn outcome(&self) -> crate::metrics::Outcome {
+        use crate::metrics::Outcome;
+        match self {
+            TokenError::MissingField { .. }
+            | TokenError::InvalidDataType { .. }
+            | TokenError::MalformedBody
+            | TokenError::UnsupportedMediaType
+            | TokenError::DuplicateParameter { .. }
+            | TokenError::Conflicting { .. }
+            | TokenError::UnsupportedGrantType => Outcome::RefusedValidation,
+            TokenError::InvalidClient { .. }
+            | TokenError::InvalidCode
+            | TokenError::InvalidCodeVerifier
+            | TokenError::ExpiredCode
+            | TokenError::InvalidRefreshToken => Outcome::RefusedAuthentication,
+            TokenError::Store(_) => Outcome::Unavailable,
+        }
+    }
+}
+
 /// The answer: a 400, 401 or 415 with both error vocabularies in the body,
 /// never cached, with a challenge where clients expect one. Exhaustive: a
 /// new variant does not compile until it is mapped.

@@ -107,6 +107,17 @@ pub enum Rotation {
 /// Called by the service layer only; hosts implement it for their database.
 #[async_trait]
 pub trait TokenStore: Send + Sync {
+    /// Whether the backend answers now: a cheap round trip, failing within
+    /// a couple of seconds, for a load balancer's readiness check
+    /// ([`crate::Gateway::readiness`]). The default, for stores in this
+    /// process's memory, always answers.
+    ///
+    /// # Errors
+    /// `Backend` when the backend does not answer in time.
+    async fn ready(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Stores a new grant.
     ///
     /// # Errors
@@ -256,6 +267,17 @@ pub trait TokenStore: Send + Sync {
 /// Registered applications.
 #[async_trait]
 pub trait ClientRegistry: Send + Sync {
+    /// Whether the backend answers now: a cheap round trip, failing within
+    /// a couple of seconds, for a load balancer's readiness check
+    /// ([`crate::Gateway::readiness`]). The default, for stores in this
+    /// process's memory, always answers.
+    ///
+    /// # Errors
+    /// `Backend` when the backend does not answer in time.
+    async fn ready(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Registers an application.
     ///
     /// # Errors
@@ -304,6 +326,17 @@ pub trait ClientRegistry: Send + Sync {
 /// Accounts.
 #[async_trait]
 pub trait AccountStore: Send + Sync {
+    /// Whether the backend answers now: a cheap round trip, failing within
+    /// a couple of seconds, for a load balancer's readiness check
+    /// ([`crate::Gateway::readiness`]). The default, for stores in this
+    /// process's memory, always answers.
+    ///
+    /// # Errors
+    /// `Backend` when the backend does not answer in time.
+    async fn ready(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Stores a new account.
     ///
     /// # Errors
@@ -327,6 +360,17 @@ pub trait AccountStore: Send + Sync {
 /// API keys, stored as hashes.
 #[async_trait]
 pub trait ApiKeyStore: Send + Sync {
+    /// Whether the backend answers now: a cheap round trip, failing within
+    /// a couple of seconds, for a load balancer's readiness check
+    /// ([`crate::Gateway::readiness`]). The default, for stores in this
+    /// process's memory, always answers.
+    ///
+    /// # Errors
+    /// `Backend` when the backend does not answer in time.
+    async fn ready(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Stores a new key, *atomically* refusing it when its account already
     /// holds `max_per_account` keys (switched off ones count). Returns whether
     /// it was stored.
@@ -361,6 +405,17 @@ pub trait ApiKeyStore: Send + Sync {
 /// Where accepted conversion events go.
 #[async_trait]
 pub trait EventSink: Send + Sync {
+    /// Whether the backend answers now: a cheap round trip, failing within
+    /// a couple of seconds, for a load balancer's readiness check
+    /// ([`crate::Gateway::readiness`]). The default, for stores in this
+    /// process's memory, always answers.
+    ///
+    /// # Errors
+    /// `Backend` when the backend does not answer in time.
+    async fn ready(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Records a submission, *atomically* and durably: either every event is
     /// stored (and the idempotency key, if any, claimed with them) before
     /// this returns `Ok(Recorded)`, or none is. An `Ok` is what the client's

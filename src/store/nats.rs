@@ -261,6 +261,17 @@ fn outcome_for(
 
 #[async_trait]
 impl EventSink for NatsEventSink {
+    /// The stream's state, asked of JetStream within the timeout.
+    async fn ready(&self) -> Result<(), StoreError> {
+        const ACTION: &str = "check that JetStream answers";
+        let mut stream = self.stream.clone();
+        tokio::time::timeout(self.options.timeout, stream.info())
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+            .map_err(|error| backend(ACTION, error))?;
+        Ok(())
+    }
+
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
         const ACTION: &str = "publish events to JetStream";
         let Some((subject, message_id)) = self.address(submission) else {

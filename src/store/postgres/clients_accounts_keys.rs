@@ -25,6 +25,10 @@ const API_KEY_LOCK_CLASS: i32 = 0x6367_616b;
 
 #[async_trait]
 impl ClientRegistry for PgStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
         let statement = sqlx::query(
             "INSERT INTO clients
@@ -116,6 +120,10 @@ impl PgStore {
 
 #[async_trait]
 impl AccountStore for PgStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn insert_account(&self, account: &Account) -> Result<(), StoreError> {
         // The primary key and the UNIQUE e-mail both answer `Duplicate`.
         let statement = sqlx::query(
@@ -166,6 +174,10 @@ fn account_lock_key(account: AccountId) -> i32 {
 
 #[async_trait]
 impl ApiKeyStore for PgStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn insert_api_key(
         &self,
         key: &ApiKeyRecord,

@@ -244,6 +244,7 @@ async fn group_writer(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, max: 
         if queue.recv_many(&mut taken, max).await == 0 {
             break;
         }
+        crate::metrics::group_commit("postgres", taken.len(), queue.len());
         drop(queue);
         let submissions: Vec<&EventSubmission> = taken.iter().map(|job| &job.submission).collect();
         let mut outcomes = record_on(&pool, &mut connection, &submissions, Existing::Refuse).await;
@@ -433,6 +434,10 @@ fn pg_position(cursor: &FeedCursor) -> Result<(u64, i64), StoreError> {
 
 #[async_trait]
 impl EventSink for PgStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
         match &self.group {
             Some(queue) => queue.record(submission).await,

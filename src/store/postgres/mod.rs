@@ -239,7 +239,23 @@ impl PgStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+
+    /// A round trip to the database (`SELECT 1`, a connection taken from
+    /// the pool or made) within [`READY_TIMEOUT`], for
+    /// [`crate::Gateway::readiness`].
+    async fn ping(&self) -> Result<(), StoreError> {
+        const ACTION: &str = "check that PostgreSQL answers";
+        let ping = sqlx::query("SELECT 1").execute(&self.pool);
+        tokio::time::timeout(READY_TIMEOUT, ping)
+            .await
+            .map_err(|_| StoreError::backend(ACTION, crate::store::sql::TimedOut))?
+            .map_err(backend(ACTION))?;
+        Ok(())
+    }
 }
+
+/// How long a readiness check waits for the database.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Applies the migrations this database has not seen, in one transaction.
 async fn migrate(pool: &PgPool) -> Result<(), StoreError> {

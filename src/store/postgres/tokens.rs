@@ -58,6 +58,10 @@ fn bind_refresh<'q>(statement: Statement<'q>, token: &'q RefreshTokenRecord) -> 
 
 #[async_trait]
 impl TokenStore for PgStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
         let statement = sqlx::query(
             "INSERT INTO grants

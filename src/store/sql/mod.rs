@@ -127,6 +127,11 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
+/// A readiness check that got no answer in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the database did not answer in time")]
+pub(crate) struct TimedOut;
+
 /// A malformed-column failure while reading `action`.
 pub(crate) fn malformed(action: &'static str, column: &'static str) -> StoreError {
     StoreError::backend(action, MalformedColumn { column })

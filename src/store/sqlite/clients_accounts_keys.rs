@@ -20,6 +20,10 @@ use super::columns::{Columns, json_text, micros, opt_micros, uuid_text};
 
 #[async_trait]
 impl ClientRegistry for SqliteStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn register_client(&self, client: &Client) -> Result<(), StoreError> {
         let statement = sqlx::query(
             "INSERT INTO clients
@@ -114,6 +118,10 @@ impl SqliteStore {
 
 #[async_trait]
 impl AccountStore for SqliteStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn insert_account(&self, account: &Account) -> Result<(), StoreError> {
         // The primary key and the UNIQUE e-mail both answer `Duplicate`.
         let statement = sqlx::query(
@@ -154,6 +162,10 @@ impl AccountStore for SqliteStore {
 
 #[async_trait]
 impl ApiKeyStore for SqliteStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn insert_api_key(
         &self,
         key: &ApiKeyRecord,

@@ -140,6 +140,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            crate::metrics::group_commit("sqlite", jobs.len(), queue.len());
             let outcomes = {
                 let _turn = self.gate.blocking_turn();
                 self.record_group(&jobs)

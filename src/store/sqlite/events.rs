@@ -55,6 +55,10 @@ impl EventFeed for SqliteStore {
 
 #[async_trait]
 impl EventSink for SqliteStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
         self.events.record(submission).await
     }

@@ -91,6 +91,9 @@ const MIGRATIONS: &[Migration] = &[
 /// How long a statement waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a readiness check waits for the database.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long a caller waits for a pooled connection before failing.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -243,6 +246,18 @@ impl SqliteStore {
         drop(turn);
         self.writer.close().await;
         self.reader.close().await;
+    }
+
+    /// A round trip to the database (`SELECT 1` on a reading connection)
+    /// within [`READY_TIMEOUT`], for [`crate::Gateway::readiness`].
+    async fn ping(&self) -> Result<(), StoreError> {
+        const ACTION: &str = "check that the SQLite database answers";
+        let ping = sqlx::query("SELECT 1").execute(&self.reader);
+        tokio::time::timeout(READY_TIMEOUT, ping)
+            .await
+            .map_err(|_| StoreError::backend(ACTION, crate::store::sql::TimedOut))?
+            .map_err(backend(ACTION))?;
+        Ok(())
     }
 
     /// Waits for this store's turn to write through `writer` (see

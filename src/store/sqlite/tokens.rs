@@ -23,6 +23,10 @@ use super::columns::{Columns, micros, opt_micros, uuid_text};
 
 #[async_trait]
 impl TokenStore for SqliteStore {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
+
     async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
         let statement = sqlx::query(
             "INSERT INTO grants

@@ -1,0 +1,156 @@
+//! What whoever runs the server needs: `GET /healthz` (the process
+//! serves), `GET /readyz` (every store answers; a load balancer routes
+//! around an instance whose database is gone), `GET /metrics` (the
+//! library's figures in the Prometheus text format), and the request id
+//! that ties a client's report to the log.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse as _, Response};
+use axum::routing::get;
+use conversion_gateway::{Gateway, HttpAnswer};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use serde_json::json;
+
+use crate::session::random_token;
+
+/// The header that carries a request's id, both ways.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// The Prometheus recorder of the library's `metrics` calls, installed on
+/// first use (a process has one recorder); its handle renders them.
+pub fn metrics_handle() -> Result<PrometheusHandle, String> {
+    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let handle = install_metrics()?;
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+/// Installs the Prometheus recorder.
+fn install_metrics() -> Result<PrometheusHandle, String> {
+    // Store latency in seconds: 100 µs to 10 s.
+    let buckets = [
+        0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+    ];
+    PrometheusBuilder::new()
+        .set_buckets(&buckets)
+        .map_err(|error| format!("cannot set up the metrics: {error}"))?
+        .install_recorder()
+        .map_err(|error| format!("cannot set up the metrics: {error}"))
+}
+
+/// `/healthz` and `/readyz`, and `/metrics` when `metrics` is given (not
+/// when the metrics have a listener of their own).
+pub fn routes(gateway: Arc<Gateway>, metrics: Option<PrometheusHandle>) -> Router {
+    let router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(gateway);
+    match metrics {
+        Some(handle) => router.merge(metrics_routes(handle)),
+        None => router,
+    }
+}
+
+/// `/metrics` alone, for `--metrics-listen`.
+pub fn metrics_routes(handle: PrometheusHandle) -> Router {
+    Router::new()
+        .route("/metrics", get(render_metrics))
+        .with_state(handle)
+}
+
+/// The process is up and serving.
+async fn healthz() -> HttpAnswer {
+    HttpAnswer::json(200, json!({ "status": "ok" })).with_header("cache-control", "no-store")
+}
+
+/// 200 when every store answers within its timeout, else 503 naming the
+/// stores that did not (never why: the cause may hold a host name, and is
+/// logged for the operator instead).
+async fn readyz(State(gateway): State<Arc<Gateway>>) -> HttpAnswer {
+    let readiness = gateway.readiness().await;
+    let stores: serde_json::Map<String, serde_json::Value> = readiness
+        .stores
+        .iter()
+        .map(|(name, failure)| {
+            let state = if failure.is_some() {
+                "unavailable"
+            } else {
+                "ok"
+            };
+            ((*name).to_owned(), json!(state))
+        })
+        .collect();
+    let answer = if readiness.is_ready() {
+        HttpAnswer::json(200, json!({ "status": "ready", "stores": stores }))
+    } else {
+        for (name, failure) in &readiness.stores {
+            if let Some(error) = failure {
+                tracing::warn!(store = name, error = %error, "not ready");
+            }
+        }
+        HttpAnswer::json(
+            503,
+            json!({ "status": "unavailable", "stores": stores, "failed": readiness.failed() }),
+        )
+        .with_header("retry-after", "5")
+    };
+    answer.with_header("cache-control", "no-store")
+}
+
+/// The Prometheus text exposition format.
+async fn render_metrics(State(handle): State<PrometheusHandle>) -> Response {
+    let mut response = handle.render().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+/// A request's id: the client's `X-Request-Id` when it is well-formed (1 to
+/// 64 characters of letters, digits, `-`, `_` and `.`), else a fresh one.
+pub fn request_id(request: &Request) -> String {
+    request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|value| value.to_str().ok())
+        .filter(|id| is_well_formed(id))
+        .map_or_else(|| random_token(12), str::to_owned)
+}
+
+/// Whether a client-sent id can be logged and echoed as it is.
+fn is_well_formed(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_short_plain_ids_are_kept() {
+        for good in ["abc", "req-42_x.y", &"a".repeat(64)] {
+            assert!(is_well_formed(good), "{good}");
+        }
+        for bad in [
+            "",
+            "has space",
+            "a\nb",
+            &"a".repeat(65),
+            "é",
+            "a;b",
+            "<script>",
+        ] {
+            assert!(!is_well_formed(bad), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The service's figures, through the [`metrics`] facade: the host picks
+//! the exporter (the example server serves them in the Prometheus text
+//! format). Without a recorder installed, every call here is a no-op.
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `cg_requests_total` | counter | `endpoint`, `outcome` | requests answered, by endpoint (`token`, `revoke`, `introspect`, `conversion`, `event`, `batch`) and outcome (`accepted`, `refused_validation`, `refused_authentication`, `refused_limit`, `unavailable`) |
+//! | `cg_events_recorded_total` | counter | `endpoint` | events recorded (replays not counted) |
+//! | `cg_event_batch_size` | histogram | | events per recorded batch |
+//! | `cg_store_operation_seconds` | histogram | `store`, `operation` | time the gateway waited for a store operation |
+//! | `cg_group_commit_size` | histogram | `store` | submissions per group-commit transaction |
+//! | `cg_group_commit_queue_depth` | gauge | `store` | submissions waiting for the group-commit writer |
+//! | `cg_tokens_issued_total` | counter | `grant_type` | token responses, by `authorization_code` or `refresh_token` |
+//! | `cg_token_refreshes_total` | counter | `outcome` | refreshes, by `rotated`, `kept` (the reuse policy), `grace_replay` (the successor handed out again) or `reuse_detected` (the grant revoked) |
+//! | `cg_revocations_total` | counter | | grants revoked through the revocation endpoint |
+//!
+//! Every label value is one of a fixed few: no label ever carries a
+//! secret, an e-mail, an account or a key.
+
+use std::time::Instant;
+
+/// How a request ended, for `cg_requests_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Answered 2xx.
+    Accepted,
+    /// Refused for its form or content (400, 413, 415, 422).
+    RefusedValidation,
+    /// Refused for its credentials (401).
+    RefusedAuthentication,
+    /// Refused by a rate limit (429).
+    RefusedLimit,
+    /// A store or the rate limiter failed (503).
+    Unavailable,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::RefusedValidation => "refused_validation",
+            Outcome::RefusedAuthentication => "refused_authentication",
+            Outcome::RefusedLimit => "refused_limit",
+            Outcome::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// Counts a request of `endpoint` that ended as `outcome`.
+pub(crate) fn request(endpoint: &'static str, outcome: Outcome) {
+    metrics::counter!("cg_requests_total", "endpoint" => endpoint, "outcome" => outcome.label())
+        .increment(1);
+}
+
+/// Counts `count` events recorded through `endpoint`.
+pub(crate) fn events_recorded(endpoint: &'static str, count: usize, batch: bool) {
+    metrics::counter!("cg_events_recorded_total", "endpoint" => endpoint)
+        .increment(u64::try_from(count).unwrap_or(u64::MAX));
+    if batch {
+        #[allow(clippy::cast_precision_loss)] // batches hold at most thousands
+        metrics::histogram!("cg_event_batch_size").record(count as f64);
+    }
+}
+
+/// Times a store operation: call [`StoreTimer::done`] when it returns.
+pub(crate) struct StoreTimer {
+    store: &'static str,
+    operation: &'static str,
+    started: Instant,
+}
+
+/// Starts timing `operation` of `store` (`events`, `tokens`, ...).
+pub(crate) fn store_operation(store: &'static str, operation: &'static str) -> StoreTimer {
+    StoreTimer {
+        store,
+        operation,
+        started: Instant::now(),
+    }
+}
+
+impl StoreTimer {
+    /// Records the time since the timer started.
+    pub(crate) fn done(self) {
+        metrics::histogram!(
+            "cg_store_operation_seconds",
+            "store" => self.store,
+            "operation" => self.operation
+        )
+        .record(self.started.elapsed().as_secs_f64());
+    }
+}
+
+/// Records a group-commit transaction of `size` submissions on `store`,
+/// with `queued` submissions waiting behind it.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn group_commit(store: &'static str, size: usize, queued: usize) {
+    #[allow(clippy::cast_precision_loss)] // groups hold at most hundreds
+    {
+        metrics::histogram!("cg_group_commit_size", "store" => store).record(size as f64);
+        metrics::gauge!("cg_group_commit_queue_depth", "store" => store).set(queued as f64);
+    }
+}
+
+/// Counts a token response of `grant_type`.
+pub(crate) fn token_issued(grant_type: &'static str) {
+    metrics::counter!("cg_tokens_issued_total", "grant_type" => grant_type).increment(1);
+}
+
+/// Counts a refresh that ended as `outcome`.
+pub(crate) fn refresh(outcome: &'static str) {
+    metrics::counter!("cg_token_refreshes_total", "outcome" => outcome).increment(1);
+}
+
+/// Counts a grant revoked through the revocation endpoint.
+pub(crate) fn revocation() {
+    metrics::counter!("cg_revocations_total").increment(1);
+}
