@@ -16,6 +16,7 @@ mod dialog;
 mod events_nats;
 mod introspection;
 mod oauth2_client;
+mod operating;
 mod process;
 mod rate_limits;
 mod routes;

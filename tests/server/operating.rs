@@ -1,0 +1,260 @@
+//! Operating the example server: `/healthz`, `/readyz` (which follows the
+//! store: 503 while PostgreSQL refuses connections, 200 again after),
+//! `/metrics` (values move with requests; no secret, e-mail or key ever
+//! appears), `--metrics-listen`, and `X-Request-Id`.
+
+use serde_json::json;
+
+use crate::support::{Launch, Server, conversion_body, form};
+
+/// The value of the sample `name` (with its labels, as written) on
+/// `/metrics`, or 0 if absent.
+async fn sample(server: &Server, name: &str) -> f64 {
+    let text = server.get("/metrics", "").await.text();
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn health_and_readiness_answer_json() {
+    let server = Launch::memory(&[]).start();
+    let health = server.get("/healthz", "").await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json(), json!({ "status": "ok" }));
+    let ready = server.get("/readyz", "").await;
+    assert_eq!(ready.status, 200);
+    let body = ready.json();
+    assert_eq!(body["status"], "ready");
+    for store in ["tokens", "clients", "accounts", "api_keys", "events"] {
+        assert_eq!(body["stores"][store], "ok", "{body}");
+    }
+}
+
+#[tokio::test]
+async fn every_answer_carries_a_request_id_that_the_log_line_has_too() {
+    let server = Launch::memory(&[]).start();
+    let reply = server.get("/healthz", "").await;
+    let generated = reply.header("x-request-id").expect("an id").to_owned();
+    assert!(generated.len() >= 16, "{generated}");
+    let other = server.get("/healthz", "").await;
+    assert_ne!(other.header("x-request-id"), Some(generated.as_str()));
+    // A client's own well-formed id is kept, in the answer and the log.
+    let request = server
+        .client()
+        .request(reqwest::Method::GET, "/no-such-page")
+        .header("x-request-id", "client-7f3a.1");
+    let reply = server.client().send(request).await;
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.header("x-request-id"), Some("client-7f3a.1"));
+    server.wait_for_log("request_id=\"client-7f3a.1\"");
+    // A malformed one is replaced.
+    let request = server
+        .client()
+        .request(reqwest::Method::GET, "/healthz")
+        .header("x-request-id", "not ok; <script>");
+    let reply = server.client().send(request).await;
+    let replaced = reply.header("x-request-id").unwrap();
+    assert!(
+        !replaced.contains(' ') && !replaced.contains('<'),
+        "{replaced}"
+    );
+}
+
+#[tokio::test]
+async fn metric_values_move_as_requests_are_made() {
+    let server = Launch::memory(&[]).start();
+    let accepted = r#"cg_requests_total{endpoint="conversion",outcome="accepted"}"#;
+    let refused = r#"cg_requests_total{endpoint="conversion",outcome="refused_authentication"}"#;
+    let recorded = r#"cg_events_recorded_total{endpoint="conversion"}"#;
+    let before = sample(&server, accepted).await;
+    for n in 0..3 {
+        let reply = server
+            .convert(
+                &server.demo.api_key,
+                &conversion_body(&format!("m{n}@example.com")),
+            )
+            .await;
+        assert_eq!(reply.status, 200);
+    }
+    assert_eq!(sample(&server, accepted).await, before + 3.0);
+    assert_eq!(sample(&server, recorded).await, before + 3.0);
+    let reply = server
+        .convert("cgak_wrong", &conversion_body("x@example.com"))
+        .await;
+    assert_eq!(reply.status, 401);
+    assert_eq!(sample(&server, refused).await, 1.0);
+    let (_, refresh) = server.tokens().await;
+    assert_eq!(server.refresh(&refresh).await.status, 200);
+    let issued = r#"cg_tokens_issued_total{grant_type="authorization_code"}"#;
+    assert_eq!(sample(&server, issued).await, 1.0);
+    let rotated = r#"cg_token_refreshes_total{outcome="rotated"}"#;
+    assert_eq!(sample(&server, rotated).await, 1.0);
+    let text = server.get("/metrics", "").await;
+    assert_eq!(
+        text.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(
+        text.text()
+            .contains("cg_store_operation_seconds_bucket{store=\"events\",operation=\"record\""),
+        "{}",
+        text.text()
+    );
+}
+
+#[tokio::test]
+async fn no_secret_e_mail_or_key_appears_on_metrics_after_every_route() {
+    let server = Launch::memory(&[]).start();
+    let demo = server.demo.clone();
+    // Every route: the dialog (sign-in and consent), the token endpoint,
+    // a refresh, the event routes, introspection, revocation, the account
+    // page, and refusals of each.
+    let (access, refresh) = server.tokens().await;
+    let bearer = format!("Bearer {access}");
+    let event = conversion_body("secret-lead@example.com");
+    assert_eq!(server.convert(&demo.api_key, &event).await.status, 200);
+    let client = server.client();
+    assert_eq!(
+        client
+            .post_json("/platform/events", Some(&bearer), &event)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        client
+            .post_json("/platform/events/batch", Some(&bearer), &json!([event]))
+            .await
+            .status,
+        200
+    );
+    let basic = format!(
+        "Basic {}",
+        base64_encode(&format!("{}:{}", demo.client_id, demo.client_secret))
+    );
+    let introspect = client
+        .post(
+            "/auth/introspect",
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                ("authorization", &basic),
+            ],
+            form(&[("token", &access)]),
+        )
+        .await;
+    assert_eq!(introspect.status, 200);
+    assert_eq!(server.refresh(&refresh).await.status, 200);
+    let revoke = client
+        .post(
+            "/auth/revoke",
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                ("authorization", &bearer),
+            ],
+            form(&[("token", &access)]),
+        )
+        .await;
+    assert_eq!(revoke.status, 200);
+    assert_eq!(server.get("/account/apps", "").await.status, 200);
+    let _ = server.convert("cgak_not_a_key", &event).await;
+    let metrics = server.get("/metrics", "").await.text();
+    assert!(metrics.contains("cg_requests_total"), "{metrics}");
+    for secret in [
+        demo.client_secret.as_str(),
+        demo.api_key.as_str(),
+        demo.password.as_str(),
+        demo.email.as_str(),
+        access.as_str(),
+        refresh.as_str(),
+        "secret-lead@example.com",
+        "cgak_not_a_key",
+        &demo.client_id,
+    ] {
+        assert!(!metrics.contains(secret), "{secret:?} on /metrics");
+    }
+}
+
+fn base64_encode(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+#[tokio::test]
+async fn metrics_listen_serves_them_apart_from_the_api() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let server = Launch::memory(&["--metrics-listen", &address]).start();
+    assert_eq!(
+        server.get("/metrics", "").await.status,
+        404,
+        "not beside the API"
+    );
+    let reply = reqwest::get(format!("http://{address}/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_postgresql_refusing_connections_and_coming_back() {
+    use std::str::FromStr as _;
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "DATABASE_URL is not set: this test needs a PostgreSQL server. Start one, e.g.\n    \
+             docker run --rm -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test -p 5432:5432 postgres:16\n\
+             then export DATABASE_URL=postgres://postgres@127.0.0.1:5432/test"
+        )
+    });
+    // A database of the test's own, so that refusing its connections
+    // touches nothing else.
+    let name = format!(
+        "cg_ready_{}",
+        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
+    );
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(sqlx::postgres::PgConnectOptions::from_str(&url).unwrap())
+        .await
+        .expect("connect to DATABASE_URL");
+    let run = |sql: String| {
+        let admin = admin.clone();
+        async move {
+            sqlx::query(&sql).execute(&admin).await.expect("admin SQL");
+        }
+    };
+    run(format!("CREATE DATABASE {name}")).await;
+    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
+    let store = format!("{base}/{name}");
+    let server = Launch::memory(&["--store", &store]).start();
+    assert_eq!(server.get("/readyz", "").await.status, 200);
+
+    run(format!(
+        "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false"
+    ))
+    .await;
+    run(format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+    ))
+    .await;
+    let refused = server.get("/readyz", "").await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    let body = refused.json();
+    assert_eq!(body["status"], "unavailable");
+    assert!(
+        body["failed"]
+            .as_array()
+            .is_some_and(|f| f.contains(&json!("tokens"))),
+        "{body}"
+    );
+    assert!(!refused.text().contains("postgres://") && !refused.text().contains(&name));
+
+    run(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")).await;
+    assert_eq!(server.get("/readyz", "").await.status, 200, "ready again");
+    drop(server);
+    run(format!("DROP DATABASE {name} WITH (FORCE)")).await;
+}
