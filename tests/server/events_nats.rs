@@ -289,11 +289,58 @@ async fn every_acknowledged_event_is_in_the_stream_after_nats_connections_drop()
     assert!(status.success(), "{status}: {logs}");
 }
 
-/// A TCP proxy to NATS whose connections can all be cut at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_jetstream_is_answered_503_fast_and_intake_resumes() {
+    let url = nats_url();
+    let stream = Stream(format!(
+        "CG_DOWN_{}",
+        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
+    ));
+    let proxy = Proxy::start(url.trim_start_matches("nats://")).await;
+    let server = Launch::memory(&[
+        "--events",
+        &format!("nats://{}", proxy.address),
+        "--events-stream",
+        &stream.0,
+    ])
+    .start();
+    let event = conversion_body("down@example.com");
+    assert_eq!(
+        server.convert(&server.demo.api_key, &event).await.status,
+        200
+    );
+    // NATS goes away: every connection cut, new ones refused.
+    proxy.refuse(true);
+    proxy.cut.notify_waiters();
+    let started = std::time::Instant::now();
+    let reply = server.convert(&server.demo.api_key, &event).await;
+    reply.assert_error(503, "SERVICE_UNAVAILABLE");
+    assert!(reply.header("retry-after").is_some(), "{reply:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "answered in {:?}",
+        started.elapsed()
+    );
+    // It comes back: intake resumes without a restart.
+    proxy.refuse(false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let reply = server.convert(&server.demo.api_key, &event).await;
+        if reply.status == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "intake never resumed");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// A TCP proxy to NATS whose connections can all be cut at once, and
+/// which can refuse new ones.
 struct Proxy {
     address: std::net::SocketAddr,
     cut: std::sync::Arc<tokio::sync::Notify>,
     accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    refusing: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Proxy {
@@ -304,9 +351,15 @@ impl Proxy {
         let address = listener.local_addr().unwrap();
         let cut = Arc::new(tokio::sync::Notify::new());
         let accepted = Arc::new(AtomicUsize::new(0));
+        let refusing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (target, cut_all, count) = (target.to_owned(), cut.clone(), accepted.clone());
+        let refuse = refusing.clone();
         tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
+                if refuse.load(Ordering::Relaxed) {
+                    // Dropped at once: the connection is reset.
+                    continue;
+                }
                 count.fetch_add(1, Ordering::Relaxed);
                 let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
                     continue;
@@ -325,7 +378,14 @@ impl Proxy {
             address,
             cut,
             accepted,
+            refusing,
         }
+    }
+
+    /// Refuses new connections (`true`) or lets them through again.
+    fn refuse(&self, refuse: bool) {
+        self.refusing
+            .store(refuse, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn connections(&self) -> usize {
