@@ -7,7 +7,7 @@
 //! | `cg_requests_total` | counter | `endpoint`, `outcome` | requests answered, by endpoint (`token`, `revoke`, `introspect`, `conversion`, `event`, `batch`) and outcome (`accepted`, `refused_validation`, `refused_authentication`, `refused_limit`, `unavailable`) |
 //! | `cg_events_recorded_total` | counter | `endpoint` | events recorded (replays not counted) |
 //! | `cg_event_batch_size` | histogram | | events per recorded batch |
-//! | `cg_store_operation_seconds` | histogram | `store`, `operation` | time the gateway waited for a store operation |
+//! | `cg_store_operation_seconds` | histogram | `store`, `operation` | time the gateway waited for a store operation on its hot paths: `events`/`record`, `api_keys`/`find_api_key`, `clients`/`find_client`, `tokens`/`find_access_token`, `find_refresh_token`, `redeem_code`, `rotate_refresh_token` |
 //! | `cg_group_commit_size` | histogram | `store` | submissions per group-commit transaction |
 //! | `cg_group_commit_queue_depth` | gauge | `store` | submissions waiting for the group-commit writer |
 //! | `cg_tokens_issued_total` | counter | `grant_type` | token responses, by `authorization_code` or `refresh_token` |

@@ -216,7 +216,10 @@ impl Gateway {
         if let Some(owner) = self.api_key_cache.get(&hash, self.clock.now()) {
             return Ok(owner);
         }
-        let record = self.stores.api_keys.find_api_key(&hash).await?;
+        let timer = crate::metrics::store_operation("api_keys", "find_api_key");
+        let record = self.stores.api_keys.find_api_key(&hash).await;
+        timer.done();
+        let record = record?;
         let Some(record) = record.filter(|record| record.active) else {
             return Err(IntakeError::InvalidApiKey);
         };

@@ -80,12 +80,14 @@ impl Gateway {
             Some(HeaderCredentials::Bearer(token)) => AccessToken::new(token),
             _ => return Err(BearerError::Missing),
         };
-        let record = self
+        let timer = crate::metrics::store_operation("tokens", "find_access_token");
+        let found = self
             .stores
             .tokens
             .find_access_token(&token.hash(&self.hasher))
-            .await?
-            .ok_or(BearerError::Invalid)?;
+            .await;
+        timer.done();
+        let record = found?.ok_or(BearerError::Invalid)?;
         let caller =
             check_access_token(&record, self.clock.now()).map_err(|refusal| match refusal {
                 AccessRefusal::Revoked => BearerError::Invalid,

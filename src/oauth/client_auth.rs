@@ -92,11 +92,14 @@ impl Gateway {
         let invalid = TokenError::InvalidClient {
             basic: presented.basic,
         };
+        let timer = crate::metrics::store_operation("clients", "find_client");
         let client = self
             .stores
             .clients
             .find_client(&ClientId::new(presented.id.as_str()))
-            .await?;
+            .await;
+        timer.done();
+        let client = client?;
         // Hash the presented secret even for an unknown client, so that the
         // answer's timing does not tell which client ids exist.
         let secret = ClientSecret::new(presented.secret.as_str());

@@ -98,12 +98,10 @@ impl Gateway {
         client: &Client,
         now: time::OffsetDateTime,
     ) -> Result<RefreshTokenRecord, TokenError> {
-        let record = self
-            .stores
-            .tokens
-            .find_refresh_token(hash)
-            .await?
-            .ok_or(TokenError::InvalidRefreshToken)?;
+        let timer = crate::metrics::store_operation("tokens", "find_refresh_token");
+        let found = self.stores.tokens.find_refresh_token(hash).await;
+        timer.done();
+        let record = found?.ok_or(TokenError::InvalidRefreshToken)?;
         // Revoked, another client's or expired: one answer for all, so that
         // the answer tells a thief nothing about the token it holds.
         check_refresh_token(&record, &client.id, now)
