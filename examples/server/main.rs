@@ -52,7 +52,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conversion_gateway::{
-    Gateway, GatewayConfig, NatsEventSink, NatsOptions, PurgeReport, RefreshPolicy, SystemClock,
+    ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, PurgeReport, RefreshPolicy,
+    SystemClock,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -131,6 +132,11 @@ Options:
                            instead of --store, which keeps OAuth state,
                            accounts and keys [default: events in --store]
   --events-stream NAME     The JetStream stream [default: CONVERSIONS]
+  --resource-servers PATH  A JSON object of ids and secrets: the platform's own
+                           services, which may introspect any token at
+                           POST /auth/introspect with HTTP Basic ID:SECRET
+                           (an application sees its own tokens only); keep it
+                           readable by the server's user only [default: none]
   --metrics-listen ADDR    Serve GET /metrics on a listener of its own
                            (for a network only the monitoring reaches)
                            instead of beside the API [default: beside it]
@@ -196,6 +202,9 @@ struct Args {
     events_stream: String,
     /// `--metrics-listen`: a listener of their own for `/metrics`.
     metrics_listen: Option<String>,
+    /// `--resource-servers`: the platform's services allowed to introspect
+    /// any token.
+    resource_servers: Option<PathBuf>,
 }
 
 /// The refresh policy a `--refresh-policy` value names, with the default
@@ -227,6 +236,7 @@ impl Args {
             events: None,
             events_stream: "CONVERSIONS".to_owned(),
             metrics_listen: None,
+            resource_servers: None,
         };
         while let Some(arg) = args.next() {
             if arg == "-h" || arg == "--help" {
@@ -269,6 +279,7 @@ impl Args {
                     parsed.events = Some(url);
                 }
                 "--metrics-listen" => parsed.metrics_listen = Some(value()?),
+                "--resource-servers" => parsed.resource_servers = Some(value()?.into()),
                 "--events-stream" => {
                     let name = value()?;
                     let valid = !name.is_empty()
@@ -310,6 +321,30 @@ impl Args {
             }
         }
     }
+}
+
+/// The resource servers of `--resource-servers`: a JSON object of ids and
+/// secrets. The secrets are hashed by the gateway and never logged.
+fn resource_servers(path: &Path) -> Result<Vec<(String, ClientSecret)>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read --resource-servers {}: {error}", path.display()))?;
+    let servers: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&text).map_err(|_| {
+            format!(
+                "--resource-servers {} must hold a JSON object of ids and secrets",
+                path.display()
+            )
+        })?;
+    if servers.values().any(|secret| secret.len() < 16) {
+        return Err(format!(
+            "--resource-servers {}: every secret needs at least 16 characters",
+            path.display()
+        ));
+    }
+    Ok(servers
+        .into_iter()
+        .map(|(id, secret)| (id, ClientSecret::new(secret)))
+        .collect())
 }
 
 /// A whole number above zero.
@@ -423,6 +458,9 @@ async fn start(args: &Args) -> Result<Started, String> {
     if let StoreChoice::Sqlite(database) = &args.store {
         private_files.extend(sqlite_files(database));
     }
+    if let Some(path) = &args.resource_servers {
+        private_files.push(path.clone());
+    }
     warn_if_exposed(&private_files);
 
     let listener = TcpListener::bind(&args.listen)
@@ -457,10 +495,14 @@ async fn start(args: &Args) -> Result<Started, String> {
             .map_err(|error| format!("--events: {}", describe(&error)))?;
         stores.events = Arc::new(sink);
     }
-    let gateway = Arc::new(
-        Gateway::new(config, stores.clone(), key.hasher())
-            .with_rate_limiter(args.limits.limiter()?),
-    );
+    let mut gateway = Gateway::new(config, stores.clone(), key.hasher())
+        .with_rate_limiter(args.limits.limiter()?);
+    if let Some(path) = &args.resource_servers {
+        for (id, secret) in resource_servers(path)? {
+            gateway = gateway.with_resource_server(id, &secret);
+        }
+    }
+    let gateway = Arc::new(gateway);
 
     let passwords = Passwords::recommended();
     let demo = seed_demo(&gateway, &stores, &key, &passwords)

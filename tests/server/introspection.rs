@@ -177,3 +177,51 @@ async fn authlibs_introspect_token_works_unmodified() {
         assert_eq!(foreign["body"], serde_json::json!({ "active": false }));
     }
 }
+
+#[tokio::test]
+async fn the_example_servers_resource_servers_introspect_any_token() {
+    use crate::support::{Launch, form};
+    let dir = conversion_gateway_testkit::TempDir::new("resource-servers");
+    let file = dir.path("resource-servers.json");
+    std::fs::write(&file, r#"{"reporting-api": "rs-secret-0123456789"}"#).unwrap();
+    let server = Launch::memory(&["--resource-servers", file.to_str().unwrap()]).start();
+    let (access, _) = server.tokens().await;
+    let introspect = |id: &str, secret: &str| {
+        let authorization = format!(
+            "Basic {}",
+            base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                format!("{id}:{secret}")
+            )
+        );
+        let body = form(&[("token", access.as_str())]);
+        let client = server.client();
+        async move {
+            client
+                .post(
+                    "/auth/introspect",
+                    &[
+                        ("content-type", "application/x-www-form-urlencoded"),
+                        ("authorization", authorization.as_str()),
+                    ],
+                    body,
+                )
+                .await
+        }
+    };
+    let answer = introspect("reporting-api", "rs-secret-0123456789").await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.json()["active"], true);
+    assert_eq!(answer.json()["client_id"], server.demo.client_id.as_str());
+    let wrong = introspect("reporting-api", "rs-secret-wrong-000").await;
+    wrong.assert_error(401, "ACCESS_DENIED");
+    assert!(
+        !server.logs().contains("rs-secret"),
+        "the secret is never logged"
+    );
+
+    std::fs::write(&file, r#"{"reporting-api": "short"}"#).unwrap();
+    let (status, stderr) = Launch::memory(&["--resource-servers", file.to_str().unwrap()]).fail();
+    assert!(!status.success());
+    assert!(stderr.contains("at least 16 characters"), "{stderr}");
+}
