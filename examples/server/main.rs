@@ -632,30 +632,51 @@ async fn purge_periodically(gateway: Arc<Gateway>, every: Duration) {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM. The server then stops accepting
-/// connections and finishes the requests in flight.
-async fn shutdown_signal() {
-    let interrupt = async {
+/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled: the server logs that it
+/// listens before it polls this, and a SIGTERM sent right after that line
+/// must start a graceful shutdown, not kill the process (the default
+/// action of a signal without a handler).
+fn shutdown_signal() -> impl Future<Output = ()> {
+    #[cfg(unix)]
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let (mut interrupt, mut terminate) = signals;
+            let interrupt = async {
+                match interrupt.as_mut() {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let terminate = async {
+                match terminate.as_mut() {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = interrupt => {}
+                () = terminate => {}
+            }
+        }
+        #[cfg(not(unix))]
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
+        tracing::info!("shutting down: finishing the requests in flight");
     }
-    tracing::info!("shutting down: finishing the requests in flight");
 }
 
 /// The server key: `--key-file`, else `CONVERSION_GATEWAY_KEY`, else the key

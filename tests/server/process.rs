@@ -597,3 +597,15 @@ async fn a_shutdown_closes_what_is_still_open_at_the_deadline() {
     );
     assert!(closed(&mut stuck).await, "the stuck connection is closed");
 }
+
+#[tokio::test]
+async fn a_sigterm_right_after_the_listening_line_is_a_graceful_shutdown() {
+    // The signal handlers are installed before the server says it
+    // listens: a SIGTERM at once must not kill the process.
+    for _ in 0..5 {
+        let server = Launch::memory(&[]).start();
+        let (status, logs) = server.stop();
+        assert!(status.success(), "{status}: {logs}");
+        assert!(logs.contains("stopped"), "{logs}");
+    }
+}
