@@ -155,7 +155,7 @@ pub use oauth::decisions::Caller;
 pub use oauth::dialog::{Approval, AuthorizationRequest, Denial, DialogError};
 pub use oauth::grant::{Grant, GrantId};
 pub use oauth::introspection::{ActiveToken, Introspection, TokenKind};
-pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp};
+pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp, is_registrable_redirect_uri};
 pub use oauth::metadata::{
     AUTHORIZATION_PATH, AuthorizationServerMetadata, INTROSPECTION_PATH, METADATA_PATH,
     REVOCATION_PATH, TOKEN_PATH,

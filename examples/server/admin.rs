@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use conversion_gateway::{
     Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ConnectedApp,
-    Gateway, GatewayConfig, GrantId, OsRandom, StoreError,
+    Gateway, GatewayConfig, GrantId, OsRandom, StoreError, is_registrable_redirect_uri,
 };
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -723,31 +723,6 @@ fn refused_uri(uri: &str) -> String {
     format!("the redirect URI {uri:?} is not absolute or has a fragment (RFC 6749 section 3.1.2)")
 }
 
-/// Whether `uri` may be registered as a redirect URI: RFC 6749 section
-/// 3.1.2, "The redirection endpoint URI MUST be an absolute URI ... The
-/// endpoint URI MUST NOT include a fragment component." An absolute URI
-/// starts with a scheme (RFC 3986 section 3.1: a letter, then letters,
-/// digits, `+`, `-` or `.`) and a colon; a native app's private-use scheme
-/// (RFC 8252) is one too.
-///
-/// The rule `Gateway::set_client_redirect_uris` applies; its check is not
-/// public, and `Gateway::register_client` stores what it is given, so the
-/// command checks before it registers anything.
-fn is_registrable_redirect_uri(uri: &str) -> bool {
-    let Some((scheme, rest)) = uri.split_once(':') else {
-        return false;
-    };
-    let mut chars = scheme.chars();
-    let scheme_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    scheme_ok
-        && !rest.is_empty()
-        && !uri.contains('#')
-        && !uri
-            .chars()
-            .any(|c| c.is_ascii_whitespace() || c.is_ascii_control())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -904,29 +879,5 @@ mod tests {
             );
         }
         assert!(help.contains("10 s"), "{help}");
-    }
-
-    #[test]
-    fn only_absolute_uris_without_fragments_are_registrable() {
-        for good in [
-            "https://app.example/callback",
-            "http://127.0.0.1:8080/cb",
-            "com.example.app:/oauth2redirect",
-            "https://app.example/cb?tenant=1",
-        ] {
-            assert!(is_registrable_redirect_uri(good), "{good}");
-        }
-        for bad in [
-            "",
-            "/callback",
-            "app.example/cb",
-            "https://app.example/cb#fragment",
-            "https:",
-            "1https://app.example/cb",
-            "https://app.example/c b",
-            ":nothing",
-        ] {
-            assert!(!is_registrable_redirect_uri(bad), "{bad:?}");
-        }
     }
 }

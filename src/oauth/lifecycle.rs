@@ -48,8 +48,10 @@ pub enum ClientUpdateError {
 /// endpoint URI MUST NOT include a fragment component." An absolute URI
 /// starts with a scheme (RFC 3986 section 3.1: a letter, then letters,
 /// digits, `+`, `-` or `.`) and a colon; a native app's private-use scheme
-/// (RFC 8252) is one too.
-pub(crate) fn is_registrable_redirect_uri(uri: &str) -> bool {
+/// (RFC 8252) is one too. [`Gateway::set_client_redirect_uris`] applies it;
+/// a host checks with it before [`Gateway::register_client`], which stores
+/// what it is given.
+pub fn is_registrable_redirect_uri(uri: &str) -> bool {
     let Some((scheme, rest)) = uri.split_once(':') else {
         return false;
     };
