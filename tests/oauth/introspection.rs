@@ -1,7 +1,7 @@
 //! Token introspection (RFC 7662) and the authorization server metadata
 //! (RFC 8414), through the `Gateway`.
 
-use conversion_gateway::{ClientSecret, Gateway, GatewayConfig, RequestParts};
+use conversion_gateway::{ClientSecret, Gateway, GatewayConfig, HttpAnswer, RequestParts};
 use conversion_gateway_testkit::*;
 use serde_json::json;
 use time::Duration;
@@ -125,35 +125,54 @@ async fn a_rotated_refresh_token_is_inactive_once_its_grace_is_over() {
     );
 }
 
+/// A second gateway on the fixture's stores that registers the service
+/// `reporting-api` as a resource server.
+struct ResourceServer {
+    gateway: Gateway,
+    secret: ClientSecret,
+}
+
+impl ResourceServer {
+    fn on(f: &Fixture) -> Self {
+        let secret = ClientSecret::new("cgcs_resource_server_secret");
+        let gateway = Gateway::new(
+            GatewayConfig::new(BASE_URL),
+            f.stores.clone(),
+            conversion_gateway::SecretHasher::new([42; 32]),
+        )
+        .with_clock(f.clock.clone())
+        .with_resource_server("reporting-api", &secret);
+        Self { gateway, secret }
+    }
+
+    /// The resource server's own HTTP Basic credentials.
+    fn basic(&self) -> String {
+        basic("reporting-api", self.secret.expose())
+    }
+
+    /// Introspects `token` with `authorization`.
+    async fn introspect(&self, authorization: String, token: String) -> HttpAnswer {
+        let form = format!("token={token}");
+        let outcome = self
+            .gateway
+            .introspect(&RequestParts {
+                query: "",
+                content_type: Some("application/x-www-form-urlencoded"),
+                authorization: Some(&authorization),
+                idempotency_key: None,
+                body: form.as_bytes(),
+            })
+            .await;
+        self.gateway.answer(outcome)
+    }
+}
+
 #[tokio::test]
 async fn a_switched_off_clients_tokens_are_inactive_and_it_cannot_introspect() {
     let f = Fixture::new().await;
     let (access, _) = f.tokens().await;
-    let resource = ClientSecret::new("cgcs_resource_server_secret");
-    let gateway = Gateway::new(
-        GatewayConfig::new(BASE_URL),
-        f.stores.clone(),
-        conversion_gateway::SecretHasher::new([42; 32]),
-    )
-    .with_clock(f.clock.clone())
-    .with_resource_server("reporting-api", &resource);
-    let by_resource_server = |token: String| {
-        let gateway = &gateway;
-        let authorization = basic("reporting-api", resource.expose());
-        async move {
-            let form = format!("token={token}");
-            let outcome = gateway
-                .introspect(&RequestParts {
-                    query: "",
-                    content_type: Some("application/x-www-form-urlencoded"),
-                    authorization: Some(&authorization),
-                    idempotency_key: None,
-                    body: form.as_bytes(),
-                })
-                .await;
-            gateway.answer(outcome)
-        }
-    };
+    let server = ResourceServer::on(&f);
+    let by_resource_server = |token: String| server.introspect(server.basic(), token);
     assert_eq!(
         body(&by_resource_server(access.clone()).await)["active"],
         true
@@ -185,31 +204,9 @@ async fn a_switched_off_clients_tokens_are_inactive_and_it_cannot_introspect() {
 async fn a_resource_server_sees_every_clients_tokens_with_its_own_secret_only() {
     let f = Fixture::new().await;
     let (access, _) = f.tokens().await;
-    let resource = ClientSecret::new("cgcs_resource_server_secret");
-    let gateway = Gateway::new(
-        GatewayConfig::new(BASE_URL),
-        f.stores.clone(),
-        conversion_gateway::SecretHasher::new([42; 32]),
-    )
-    .with_clock(f.clock.clone())
-    .with_resource_server("reporting-api", &resource);
-    let introspect = |authorization: String| {
-        let gateway = &gateway;
-        let form = format!("token={access}");
-        async move {
-            let outcome = gateway
-                .introspect(&RequestParts {
-                    query: "",
-                    content_type: Some("application/x-www-form-urlencoded"),
-                    authorization: Some(&authorization),
-                    idempotency_key: None,
-                    body: form.as_bytes(),
-                })
-                .await;
-            gateway.answer(outcome)
-        }
-    };
-    let answer = introspect(basic("reporting-api", resource.expose())).await;
+    let server = ResourceServer::on(&f);
+    let introspect = |authorization: String| server.introspect(authorization, access.clone());
+    let answer = introspect(server.basic()).await;
     assert_eq!(body(&answer)["active"], true);
     assert_eq!(body(&answer)["client_id"], f.client.id.as_str());
     let wrong = introspect(basic("reporting-api", "cgcs_wrong")).await;
