@@ -12,7 +12,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::get;
 use conversion_gateway::{Gateway, HttpAnswer};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 
 use crate::session::random_token;
@@ -33,15 +33,24 @@ pub fn metrics_handle() -> Result<PrometheusHandle, String> {
 
 /// Installs the Prometheus recorder.
 fn install_metrics() -> Result<PrometheusHandle, String> {
+    let failed = |error| format!("cannot set up the metrics: {error}");
     // Store latency in seconds: 100 µs to 10 s.
-    let buckets = [
+    let seconds = [
         0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
     ];
+    // The two histograms that count, not time: submissions per group
+    // commit (at most a few hundred) and events per batch (at most 1000).
+    let group_sizes = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+    let batch_sizes = [1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0];
     PrometheusBuilder::new()
-        .set_buckets(&buckets)
-        .map_err(|error| format!("cannot set up the metrics: {error}"))?
+        .set_buckets(&seconds)
+        .map_err(failed)?
+        .set_buckets_for_metric(Matcher::Full("cg_group_commit_size".into()), &group_sizes)
+        .map_err(failed)?
+        .set_buckets_for_metric(Matcher::Full("cg_event_batch_size".into()), &batch_sizes)
+        .map_err(failed)?
         .install_recorder()
-        .map_err(|error| format!("cannot set up the metrics: {error}"))
+        .map_err(failed)
 }
 
 /// `/healthz` and `/readyz`, and `/metrics` when `metrics` is given (not

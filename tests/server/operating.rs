@@ -103,6 +103,49 @@ async fn metric_values_move_as_requests_are_made() {
     );
 }
 
+/// The histograms that count (submissions per group commit, events per
+/// batch) have buckets of counts, not of seconds: one conversion on the
+/// default SQLite store is a group of one, a batch of three falls in the
+/// bucket of 5 and not in that of 2.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn counting_histograms_have_count_buckets() {
+    let dir = conversion_gateway_testkit::TempDir::new("buckets");
+    let store = format!("sqlite:{}", dir.path("gateway.db").display());
+    let key_file = dir.path("gateway.key").display().to_string();
+    let server = Launch::with_args(&["--store", &store, "--key-file", &key_file]).start();
+    let event = conversion_body("counted@example.com");
+    assert_eq!(
+        server.convert(&server.demo.api_key, &event).await.status,
+        200
+    );
+    let group = r#"cg_group_commit_size_bucket{store="sqlite",le="1"}"#;
+    assert_eq!(sample(&server, group).await, 1.0);
+    let (access, _) = server.tokens().await;
+    let batch = json!([
+        event,
+        conversion_body("b@example.com"),
+        conversion_body("c@example.com")
+    ]);
+    let reply = server
+        .client()
+        .post_json(
+            "/platform/events/batch",
+            Some(&format!("Bearer {access}")),
+            &batch,
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        sample(&server, r#"cg_event_batch_size_bucket{le="2"}"#).await,
+        0.0
+    );
+    assert_eq!(
+        sample(&server, r#"cg_event_batch_size_bucket{le="5"}"#).await,
+        1.0
+    );
+}
+
 #[tokio::test]
 async fn no_secret_e_mail_or_key_appears_on_metrics_after_every_route() {
     let server = Launch::memory(&[]).start();
