@@ -82,6 +82,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 6,
         sql: include_str!("../../../migrations/postgres/0006_event_feed.sql"),
     },
+    Migration {
+        version: 7,
+        sql: include_str!("../../../migrations/postgres/0007_event_json_text.sql"),
+    },
 ];
 
 /// The advisory lock that serialises migrations ("cg-migra" in ASCII).

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::store::sql::group_commit::{GroupQueue, Job, RECORD, answer};
-use crate::store::sql::records::{StoredClaim, channel_to_json};
+use crate::store::sql::records::{StoredClaim, channel_to_text};
 use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
 use crate::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError};
 
@@ -250,7 +250,7 @@ fn insert_event(
             event.conversion_identifier.as_str(),
             event.email.as_str(),
             event.payload.as_str(),
-            json_text(&channel_to_json(&event.channel)?)?,
+            channel_to_text(&event.channel)?,
             batch_uuid.map(uuid_text),
         ])
         .map_err(insert_failed)?;
