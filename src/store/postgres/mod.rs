@@ -86,6 +86,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 7,
         sql: include_str!("../../../migrations/postgres/0007_event_json_text.sql"),
     },
+    Migration {
+        version: 8,
+        sql: include_str!("../../../migrations/postgres/0008_drop_events_by_account.sql"),
+    },
 ];
 
 /// The advisory lock that serialises migrations ("cg-migra" in ASCII).

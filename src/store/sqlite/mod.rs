@@ -86,6 +86,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 6,
         sql: include_str!("../../../migrations/sqlite/0006_event_feed.sql"),
     },
+    Migration {
+        version: 7,
+        sql: include_str!("../../../migrations/sqlite/0007_drop_events_by_account.sql"),
+    },
 ];
 
 /// How long a statement waits for another process's write lock.
