@@ -10,7 +10,8 @@
 //!   release binary (`examples/server`) on each store, started through its
 //!   command line (`jetstream`: events to NATS JetStream, `--events`).
 //!
-//! Targets take turns, round after round, so that a noisy shared machine
+//! Each target first takes a flood of `--warmup` seconds, not measured.
+//! Targets then take turns, round after round, so that a noisy shared machine
 //! moves them alike; the table gives each target's median round and its
 //! ratio to `bare` and to `memory`. The load generator runs in this process
 //! and shares the cores with the servers, as `wrk` would.
@@ -21,7 +22,7 @@
 //! behind the events (its p99 should stay under 100 ms).
 //!
 //! ```text
-//! cargo bench --bench intake_load --all-features -- [--seconds 10] [--connections 64] [--rounds 3] [--generator hyper|wrk]
+//! cargo bench --bench intake_load --all-features -- [--seconds 10] [--warmup 2] [--connections 64] [--rounds 3] [--generator hyper|wrk]
 //! ```
 //!
 //! `--generator wrk` sends the flood with `wrk -t1` instead of this
@@ -51,6 +52,10 @@ const TYPICAL: &[u8] = include_bytes!("data/typical.json");
 
 struct Options {
     seconds: u64,
+    /// Seconds of flood each target takes once before the rounds, not
+    /// measured: a fresh server's first seconds (connections to open,
+    /// caches to fill, a database's first pages) are not its pace.
+    warmup: u64,
     connections: usize,
     rounds: usize,
     generator: Generator,
@@ -72,6 +77,7 @@ impl Options {
     fn parse() -> Self {
         let mut options = Options {
             seconds: 10,
+            warmup: 2,
             connections: 64,
             rounds: 3,
             generator: Generator::Hyper,
@@ -85,6 +91,7 @@ impl Options {
             };
             match flag.as_str() {
                 "--seconds" => options.seconds = value(),
+                "--warmup" => options.warmup = value(),
                 "--connections" => options.connections = value() as usize,
                 "--rounds" => options.rounds = value() as usize,
                 "--generator" => {
@@ -190,6 +197,16 @@ async fn run(options: Options) {
         });
     }
 
+    if options.warmup > 0 {
+        let warmup = Options {
+            seconds: options.warmup,
+            ..options
+        };
+        for target in &targets {
+            let deadline = Instant::now() + Duration::from_secs(warmup.seconds);
+            load(target.address, &target.query, &warmup, deadline).await;
+        }
+    }
     let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); targets.len()];
     let mut refreshes: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
     for round in 0..options.rounds {

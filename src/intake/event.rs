@@ -58,8 +58,9 @@ pub struct RecordedEvent {
 /// spent in the service besides the network. Cloning shares the text.
 ///
 /// Two payloads are equal when they hold the same JSON object, whatever the
-/// order of its members or the spacing: PostgreSQL's `jsonb` gives a
-/// payload back with its members reordered.
+/// order of its members or the spacing: payloads PostgreSQL stored as
+/// `jsonb` (before its migration 7, which keeps them as `json` text) come
+/// back with their members reordered.
 #[derive(Clone)]
 pub struct EventPayload(Arc<RawValue>);
 
