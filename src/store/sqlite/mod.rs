@@ -207,21 +207,23 @@ impl SqliteStore {
         // No liveness ping before each use (sqlx's default): an SQLite
         // connection is a file in this process, not a socket that can die,
         // and the ping is one more trip to the database's thread per call.
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .test_before_acquire(false)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.clone())
-            .await
-            .map_err(backend("open the SQLite database"))?;
+        let writer = connect(
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .test_before_acquire(false)
+                .acquire_timeout(ACQUIRE_TIMEOUT),
+            &options,
+        )
+        .await?;
         migrate(&writer).await?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(READERS)
-            .test_before_acquire(false)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
-            .await
-            .map_err(backend("open the SQLite database"))?;
+        let reader = connect(
+            SqlitePoolOptions::new()
+                .max_connections(READERS)
+                .test_before_acquire(false)
+                .acquire_timeout(ACQUIRE_TIMEOUT),
+            &options,
+        )
+        .await?;
         let gate = WriteGate::default();
         let events = EventWriter::start(path, sync, BUSY_TIMEOUT, gate.clone())?;
         Ok(Self {
@@ -302,6 +304,39 @@ fn create_private(path: &Path) -> std::io::Result<()> {
         Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(error) => Err(error),
     }
+}
+
+/// Opens a pool on `options`. Two stores opening a new file at once can
+/// both hold a read lock and both want the write lock (to write the header
+/// and switch to WAL): SQLite then answers one of them "database is locked"
+/// at once, without waiting in the busy handler, since waiting could never
+/// end (the documentation of `sqlite3_busy_handler`). That one tries again
+/// after a pause, until [`BUSY_TIMEOUT`] has passed.
+async fn connect(
+    pool: SqlitePoolOptions,
+    options: &SqliteConnectOptions,
+) -> Result<SqlitePool, StoreError> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match pool.clone().connect_with(options.clone()).await {
+            Err(error) if is_busy(&error) && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            result => return result.map_err(backend("open the SQLite database")),
+        }
+    }
+}
+
+/// Whether SQLite refused for a lock another connection holds: the primary
+/// code (the low byte of the extended one) is `SQLITE_BUSY` (5) or
+/// `SQLITE_LOCKED` (6).
+fn is_busy(error: &sqlx::Error) -> bool {
+    matches!(
+        error,
+        sqlx::Error::Database(db)
+            if db.code().and_then(|code| code.parse::<i32>().ok())
+                .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+    )
 }
 
 /// Applies the migrations this database has not seen, in one transaction.
