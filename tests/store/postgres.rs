@@ -16,9 +16,9 @@ use std::time::Duration;
 use conversion_gateway::conformance;
 use conversion_gateway::{
     AccessToken, AccessTokenRecord, AccountId, AuthorizationCode, ClientId, CodeRecord, CodeTake,
-    EventSink, EventSubmission, Grant, GrantId, IdempotencyClaim, IdempotencyScope, IntakeChannel,
-    OsRandom, PgStore, PgStoreOptions, RecordOutcome, RecordedEvent, RefreshState, RefreshToken,
-    RefreshTokenRecord, Rotation, SecretHasher, StoreError, TokenStore, random_uuid,
+    EventPayload, EventSink, EventSubmission, Grant, GrantId, IdempotencyClaim, IdempotencyScope,
+    IntakeChannel, OsRandom, PgStore, PgStoreOptions, RecordOutcome, RecordedEvent, RefreshState,
+    RefreshToken, RefreshTokenRecord, Rotation, SecretHasher, StoreError, TokenStore, random_uuid,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use time::macros::datetime;
@@ -855,6 +855,110 @@ async fn the_feed_waits_for_a_transaction_that_numbered_its_event_earlier() {
             "both now, the held transaction's first (by transaction id)"
         );
         pool.close().await;
+    })
+    .await;
+}
+
+/// The schema as the releases before migration 7 left it: migrations 1
+/// to 6, as they shipped.
+const SHIPPED_BEFORE_JSON_TEXT: [&str; 6] = [
+    include_str!("../../migrations/postgres/0001_initial.sql"),
+    include_str!("../../migrations/postgres/0002_idempotency_scope.sql"),
+    include_str!("../../migrations/postgres/0003_purge_indexes.sql"),
+    include_str!("../../migrations/postgres/0004_adaptive_refresh.sql"),
+    include_str!("../../migrations/postgres/0005_client_lifecycle.sql"),
+    include_str!("../../migrations/postgres/0006_event_feed.sql"),
+];
+
+/// An upgrade loses nothing: events stored as `jsonb` before migration 7
+/// read back as the same events after it (their payload's members in
+/// `jsonb`'s order, an equal object), and events recorded after it keep
+/// their payload's text byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn events_stored_as_jsonb_read_back_the_same_after_the_upgrade() {
+    in_schema(|schema| async move {
+        let pool = schema.pool().await;
+        sqlx::raw_sql(
+            "CREATE TABLE schema_version (
+                 version     BIGINT      PRIMARY KEY,
+                 applied_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+             )",
+        )
+        .execute(&pool)
+        .await
+        .expect("the version table");
+        for (version, sql) in (1_i64..).zip(SHIPPED_BEFORE_JSON_TEXT) {
+            sqlx::raw_sql(sql)
+                .execute(&pool)
+                .await
+                .expect("a shipped migration");
+            sqlx::query("INSERT INTO schema_version (version) VALUES ($1)")
+                .bind(version)
+                .execute(&pool)
+                .await
+                .expect("its version");
+        }
+        let account = AccountId(random_uuid(&OsRandom));
+        let before = event(account, 0);
+        sqlx::query(
+            "INSERT INTO events
+                 (event_uuid, account_id, received_at, event_type, event_family,
+                  conversion_identifier, email, payload, channel)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb)",
+        )
+        .bind(before.event_uuid)
+        .bind(before.account_id.0)
+        .bind(before.received_at)
+        .bind(&before.event_type)
+        .bind(&before.event_family)
+        .bind(&before.conversion_identifier)
+        .bind(&before.email)
+        .bind(before.payload.as_str())
+        .bind(serde_json::to_string(&before.channel).expect("the channel's JSON"))
+        .execute(&pool)
+        .await
+        .expect("an event as the release before stored it");
+
+        let store = PgStore::from_pool_with(pool.clone(), PgStoreOptions::default())
+            .await
+            .expect("open the store: migrations 7 and 8");
+        let read = store
+            .find_event(before.event_uuid)
+            .await
+            .expect("find")
+            .expect("the event stored before the upgrade");
+        assert_eq!(read, before);
+        assert_ne!(
+            read.payload.as_str(),
+            before.payload.as_str(),
+            "jsonb reordered the members; the test must show equality despite that"
+        );
+
+        let mut after = event(account, 1);
+        // Members in no sorted order, with spaces: the text a validator
+        // might write, which a round trip through a `Value` would change.
+        after.payload = EventPayload::from_json_text(
+            r#"{"tags": ["x"], "email": "lead1@example.com", "conversion_identifier": "pg-1"}"#
+                .to_owned(),
+        )
+        .expect("JSON");
+        store.record(&single(after.clone())).await.expect("record");
+        let read = store
+            .find_event(after.event_uuid)
+            .await
+            .expect("find")
+            .expect("the event recorded after the upgrade");
+        assert_eq!(read.payload.as_str(), after.payload.as_str());
+        let types: Vec<String> = sqlx::query_scalar(
+            "SELECT data_type::text FROM information_schema.columns
+             WHERE table_schema = $1 AND table_name = 'events'
+               AND column_name IN ('payload', 'channel')",
+        )
+        .bind(&schema.name)
+        .fetch_all(&pool)
+        .await
+        .expect("the column types");
+        assert_eq!(types, ["json", "json"]);
     })
     .await;
 }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use conversion_gateway::conformance;
 use conversion_gateway::{
-    AccessToken, AccessTokenRecord, AccountId, ClientId, EventSink, EventSubmission, Grant,
-    GrantId, IntakeChannel, OsRandom, RecordOutcome, RecordedEvent, SecretHasher, SqliteStore,
-    StoreError, TokenStore, random_uuid,
+    AccessToken, AccessTokenRecord, AccountId, ClientId, EventPayload, EventSink, EventSubmission,
+    Grant, GrantId, IntakeChannel, OsRandom, RecordOutcome, RecordedEvent, SecretHasher,
+    SqliteStore, StoreError, TokenStore, random_uuid,
 };
 use time::macros::datetime;
 
@@ -403,4 +403,30 @@ async fn a_new_database_and_its_log_are_readable_by_the_owner_only() {
             mode & 0o777
         );
     }
+}
+
+/// An event's payload reads back with the text it was recorded with,
+/// member order and spacing included, not re-serialised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_payload_reads_back_byte_for_byte() {
+    let dir = TempDir::new();
+    let store = file_store(&dir).await;
+    let mut event = event(AccountId(random_uuid(&OsRandom)), 1);
+    event.payload = EventPayload::from_json_text(
+        r#"{"tags": ["x"], "email": "lead1@example.com", "conversion_identifier": "lite-1"}"#
+            .to_owned(),
+    )
+    .expect("JSON");
+    let submission = EventSubmission {
+        events: vec![event.clone()],
+        batch_uuid: None,
+        idempotency: None,
+    };
+    store.record(&submission).await.expect("record");
+    let read = store
+        .find_event(event.event_uuid)
+        .await
+        .expect("find")
+        .expect("the event");
+    assert_eq!(read.payload.as_str(), event.payload.as_str());
 }

@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::intake::event::EventPayload;
 use crate::store::sql;
 use crate::store::sql::records::RecordColumns;
 
@@ -66,5 +67,10 @@ impl RecordColumns for Columns {
 
     fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
         self.get(column)
+    }
+
+    fn payload(&self, column: &'static str) -> Result<EventPayload, StoreError> {
+        let raw: sqlx::types::Json<Box<serde_json::value::RawValue>> = self.get(column)?;
+        Ok(EventPayload::from_raw(raw.0))
     }
 }

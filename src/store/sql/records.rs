@@ -85,6 +85,9 @@ pub(crate) trait RecordColumns {
     fn strings(&self, column: &'static str) -> Result<Vec<String>, StoreError>;
     /// A JSON value.
     fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError>;
+    /// An event's payload: its JSON text as stored, not re-serialised, so
+    /// that an event reads back with the text it was recorded with.
+    fn payload(&self, column: &'static str) -> Result<EventPayload, StoreError>;
 
     /// A [`SecretHash`] from a 32-byte binary column.
     fn hash(&self, column: &'static str) -> Result<SecretHash, StoreError> {
@@ -282,7 +285,7 @@ pub(crate) fn event_from(c: &impl RecordColumns) -> Result<RecordedEvent, StoreE
         event_family: c.text("event_family")?,
         conversion_identifier: c.text("conversion_identifier")?,
         email: c.text("email")?,
-        payload: EventPayload::from(c.json("payload")?),
+        payload: c.payload("payload")?,
         channel: channel_from_json(c.json("channel")?, c.action())?,
     })
 }

@@ -8,6 +8,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::intake::event::EventPayload;
 use crate::store::sql::records::RecordColumns;
 use crate::store::sql::{self, malformed};
 
@@ -119,6 +120,10 @@ impl RecordColumns for Columns {
 
     fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
         self.parse_json(column)
+    }
+
+    fn payload(&self, column: &'static str) -> Result<EventPayload, StoreError> {
+        self.parse_json(column).map(EventPayload::from_raw)
     }
 }
 
