@@ -74,6 +74,14 @@ impl TestSchema {
     }
 }
 
+/// Group commit with four writers, each writing a group of its own.
+fn four_writers() -> PgStoreOptions {
+    PgStoreOptions {
+        group_writers: 4,
+        ..PgStoreOptions::default()
+    }
+}
+
 fn without_group_commit() -> PgStoreOptions {
     PgStoreOptions {
         group_commit: false,
@@ -158,12 +166,23 @@ async fn postgres_event_sink_keeps_the_contract_with_group_commit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_event_feed_keeps_the_contract() {
     in_schema(|schema| async move {
-        // Group commit: four writers commit groups side by side, out of
-        // the order their rows were numbered in.
+        // Group commit with one writer (the default), and with four, which
+        // commit groups side by side, out of the order their rows were
+        // numbered in.
         let store = schema.store().await;
         conformance::check_event_feed(store.clone(), store).await;
+        let four = schema.store_with(four_writers()).await;
+        conformance::check_event_feed(four.clone(), four).await;
         let per_call = schema.store_with(without_group_commit()).await;
         conformance::check_event_feed(per_call.clone(), per_call).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_event_sink_keeps_the_contract_with_four_group_writers() {
+    in_schema(|schema| async move {
+        conformance::check_event_sink(schema.store_with(four_writers()).await).await;
     })
     .await;
 }
