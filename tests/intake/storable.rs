@@ -3,7 +3,7 @@
 //! (short escapes, `\uXXXX` in either case, surrogate pairs), go through
 //! `validate_conversion`, are recorded as intake records them, and read back
 //! identical from `MemoryEventSink`, SQLite and PostgreSQL. The characters a
-//! store cannot hold alike (U+0000, which PostgreSQL text and jsonb refuse,
+//! store cannot hold alike (U+0000, which PostgreSQL's text columns refuse,
 //! and with it every C0 control but tab, line feed and carriage return) are
 //! refused before any store sees them: `INVALID_CHARACTERS` when escaped,
 //! `BAD_REQUEST` when raw, as is a lone surrogate escape.

@@ -80,7 +80,8 @@ pub enum ErrorType {
     /// tab, line feed and carriage return: U+0000 to U+001F except U+0009,
     /// U+000A and U+000D, written as a JSON escape (`\u0000`, `\b`, `\f`).
     ///
-    /// PostgreSQL's `text` and `jsonb` cannot hold U+0000 at all, so an event
+    /// PostgreSQL's `text` cannot hold U+0000 at all (nor could the `jsonb`
+    /// its payloads were kept in before its migration 7), so an event
     /// holding one could be stored by some stores and not by others; the other
     /// controls are refused with it, as characters no form field sends. Tabs
     /// and line breaks stay accepted (multi-line addresses). A control

@@ -243,8 +243,7 @@ impl<'a> Lexer<'a> {
         let scalar = match self.hex4()? {
             // RFC 8259 section 7: a character outside the Basic
             // Multilingual Plane is a pair of surrogate escapes;
-            // serde_json refuses a lone surrogate in a string, so do we
-            // (and PostgreSQL's jsonb refuses one too).
+            // serde_json refuses a lone surrogate in a string, so do we.
             high @ 0xD800..=0xDBFF => {
                 if !(self.eat(b'\\') && self.eat(b'u')) {
                     return self.fail();

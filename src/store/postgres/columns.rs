@@ -1,5 +1,5 @@
 //! How the PostgreSQL store reads its rows: every column has a native type
-//! (UUID, TIMESTAMPTZ, BYTEA, arrays, JSONB) that sqlx decodes as the value
+//! (UUID, TIMESTAMPTZ, BYTEA, arrays, JSON) that sqlx decodes as the value
 //! itself, so each accessor is a plain typed read.
 
 use sqlx::postgres::PgRow;
@@ -12,7 +12,7 @@ use crate::store::sql;
 use crate::store::sql::records::RecordColumns;
 
 /// A row of PostgreSQL, whose columns all have native types (UUID,
-/// TIMESTAMPTZ, BYTEA, arrays, JSONB) that sqlx decodes as the values
+/// TIMESTAMPTZ, BYTEA, arrays, JSON) that sqlx decodes as the values
 /// themselves.
 pub(super) type Columns = sql::Columns<PgRow>;
 

@@ -201,10 +201,10 @@ async fn record_alone(
 }
 
 /// Starts `writers` group-commit writers (at most half the pool's
-/// connections) on `pool`, sharing the queue
-/// `jobs`: while one commits its group, the next gathers what has queued
-/// since, so that groups are written side by side and PostgreSQL flushes
-/// their commits together.
+/// connections) on `pool`, sharing the queue `jobs`. With one, what queues
+/// while it commits is its next group; with two or more, while one commits
+/// its group the next gathers what has queued since, so that groups are
+/// written side by side and PostgreSQL flushes their commits together.
 pub(super) fn spawn_group_writers(
     pool: &PgPool,
     jobs: mpsc::Receiver<Job>,

@@ -84,7 +84,7 @@ pub(crate) fn lost_connection(error: &StoreError) -> bool {
 
 /// Whether the database refused a statement because of the values in it,
 /// so that running it again cannot succeed: PostgreSQL's SQLSTATE class 22
-/// (data exception: a U+0000 in text or JSONB, a value out of range) and
+/// (data exception: a U+0000 in text, a value out of range) and
 /// the integrity violations other than uniqueness (class 23); SQLite's
 /// `SQLITE_TOOBIG`, `SQLITE_MISMATCH` and constraint failures other than
 /// uniqueness. A connection lost, a timeout or a full disk is not one.
@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn data_refusals_are_told_from_outages_by_their_codes() {
-        // PostgreSQL: a U+0000 in text, in JSONB, a NOT NULL or CHECK.
+        // PostgreSQL: a U+0000 in text, a NOT NULL or CHECK.
         for code in ["22021", "22P05", "22001", "23502", "23514"] {
             assert!(is_data_error_code(code), "{code} refuses the data");
         }

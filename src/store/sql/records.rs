@@ -54,7 +54,7 @@ fn channel_from_json(
 /// The columns of one row, read as the values records are made of.
 ///
 /// Each store implements it for its own column types (PostgreSQL: native
-/// UUID, TIMESTAMPTZ, BYTEA, arrays and JSONB; SQLite: uuids as text,
+/// UUID, TIMESTAMPTZ, BYTEA, arrays and JSON; SQLite: uuids as text,
 /// instants as integer microseconds, hashes as BLOBs, lists and JSON as
 /// text), so that each record below is put together once for both. Every
 /// failure is a [`StoreError::Backend`] naming [`RecordColumns::action`].

@@ -311,7 +311,9 @@ fn create_private(path: &Path) -> std::io::Result<()> {
 /// and switch to WAL): SQLite then answers one of them "database is locked"
 /// at once, without waiting in the busy handler, since waiting could never
 /// end (the documentation of `sqlite3_busy_handler`). That one tries again
-/// after a pause, until [`BUSY_TIMEOUT`] has passed.
+/// after a pause; no new attempt starts once [`BUSY_TIMEOUT`] has passed
+/// since the first (an attempt may itself wait up to that long in the busy
+/// handler).
 async fn connect(
     pool: SqlitePoolOptions,
     options: &SqliteConnectOptions,
