@@ -53,9 +53,10 @@ pub struct RecordedEvent {
 /// The payload of a recorded event: a JSON object, kept as its text.
 ///
 /// The validator writes it straight from the request body, and the stores
-/// write that text as it is (the SQL stores also read it back as it is); no tree of [`serde_json::Value`]s is built,
-/// copied or freed on the way, which was a fifth of the time a conversion
-/// spent in the service besides the network. Cloning shares the text.
+/// write that text as it is (the SQL stores also read it back as it is);
+/// no tree of [`serde_json::Value`]s is built, copied or freed on the way,
+/// which was a fifth of the time a conversion spent in the service besides
+/// the network. Cloning shares the text.
 ///
 /// Two payloads are equal when they hold the same JSON object, whatever the
 /// order of its members or the spacing: payloads PostgreSQL stored as

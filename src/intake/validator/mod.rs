@@ -102,9 +102,9 @@ use limits::ConversionLimits;
 /// `conversion_identifier` and `email` included, each tag, each custom
 /// field's value and name) must be storable by every store alike: it must not
 /// hold U+0000, which PostgreSQL cannot store in `text` (its `email` and
-/// `conversion_identifier` columns), nor any
-/// other C0 control character but tab, line feed and carriage return (U+0001
-/// to U+001F except U+0009, U+000A, U+000D). Such a character sent as an
+/// `conversion_identifier` columns), nor any other C0 control character but
+/// tab, line feed and carriage return (U+0001 to U+001F except U+0009,
+/// U+000A, U+000D). Such a character sent as an
 /// escape (`\u0000`, `\b`, `\f`) is an `INVALID_CHARACTERS` error at the
 /// field's path, reported before any other rule of that field; sent raw it is
 /// not JSON (see below). Escaped tabs and line breaks are accepted. The names
