@@ -1,10 +1,12 @@
 //! The whole app as one router: the library's JSON routes
 //! (`conversion_gateway::axum::router`: token, revocation and the three
-//! event routes, with their body limits, CORS and JSON errors) merged with
-//! the dialog's pages, the account's page of connected applications and
-//! the operator's endpoints (`/healthz`, `/readyz`, `/metrics`), under a
-//! request log with request ids and a JSON 500 for panics.
+//! event routes, with their body limits, CORS, JSON errors and their own
+//! answer to panics) merged with the dialog's pages, the account's page of
+//! connected applications and the operator's endpoints (`/healthz`,
+//! `/readyz`, `/metrics`), which get a JSON 500 for panics here; and the
+//! request log with request ids around all of it.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,6 +15,7 @@ use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse as _, Response};
 use conversion_gateway::{Gateway, HttpAnswer};
+use tower::{Layer as _, Service};
 use tower_http::catch_panic::CatchPanicLayer;
 
 use axum::http::HeaderValue;
@@ -24,6 +27,7 @@ use crate::operating;
 
 /// Every route of the service on `gateway`, the dialog's with `dialog`,
 /// and `/metrics` from `metrics` unless they have a listener of their own.
+/// Serve it [`logged`].
 pub fn router(
     gateway: Arc<Gateway>,
     dialog: DialogState,
@@ -32,9 +36,9 @@ pub fn router(
     dialog::routes(dialog.clone())
         .merge(account::routes(dialog))
         .merge(operating::routes(gateway.clone(), metrics))
-        .merge(conversion_gateway::axum::router(gateway))
-        // The library's routes answer their own panics; this covers the
-        // dialog's.
+        // Only on the routes merged so far: the library's routes answer
+        // their own panics, and each layer axum puts on a route costs every
+        // request through it another boxed copy of the route.
         .layer(CatchPanicLayer::custom(|_panic| {
             HttpAnswer::error(
                 500,
@@ -43,7 +47,20 @@ pub fn router(
             )
             .into_response()
         }))
-        .layer(middleware::from_fn(log_request))
+        .merge(conversion_gateway::axum::router(gateway))
+}
+
+/// `router` under the request log ([`log_request`]), which wraps the router
+/// as a whole: laid with `Router::layer`, it would wrap each route instead,
+/// at the cost of another boxed copy of the route for every request.
+pub fn logged(
+    router: Router,
+) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send + 'static>
++ Clone
++ Send
++ Sync
++ 'static {
+    middleware::from_fn(log_request).layer(router)
 }
 
 /// One log line per request: its id, method, path, status and latency;

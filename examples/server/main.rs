@@ -583,7 +583,7 @@ impl Started {
         };
         let drained = serve::serve(
             self.listener,
-            app::router(self.gateway.clone(), self.dialog, beside),
+            app::logged(app::router(self.gateway.clone(), self.dialog, beside)),
             self.connections,
             shutdown,
         )

@@ -20,8 +20,11 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::ConnectInfo;
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
+use axum::response::Response;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -30,7 +33,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tower::ServiceExt as _;
+use tower::{Service, ServiceExt as _};
 
 /// How connections are bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,14 +76,19 @@ pub enum Drained {
     Cut(usize),
 }
 
-/// Serves `router` on `listener` within `limits` until `shutdown` resolves,
-/// then drains the connections and returns once none is left.
-pub async fn serve(
+/// Serves `app` (the router, or the router under the request log) on
+/// `listener` within `limits` until `shutdown` resolves, then drains the
+/// connections and returns once none is left.
+pub async fn serve<App>(
     listener: TcpListener,
-    router: Router,
+    app: App,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
-) -> Drained {
+) -> Drained
+where
+    App: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    App::Future: Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -116,10 +124,10 @@ pub async fn serve(
         };
         // The answers are small: send them at once, not after Nagle's delay.
         let _ = stream.set_nodelay(true);
-        let router = router.clone();
+        let app = app.clone();
         let service = service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().oneshot(request)
+            app.clone().oneshot(request.map(Body::new))
         });
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         connections.spawn(async move {
@@ -176,6 +184,7 @@ mod tests {
     use std::net::SocketAddr;
     use std::time::Instant;
 
+    use axum::Router;
     use axum::routing::get;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::TcpStream;

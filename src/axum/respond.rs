@@ -26,7 +26,15 @@ impl IntoResponse for HttpAnswer {
 /// clients parse every error body as JSON; an empty or plain-text one
 /// crashes them.
 pub async fn json_errors(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+    plain_errors_as_json(next.run(request).await)
+}
+
+/// The rewrite of [`json_errors`] on an answer already made: `response`
+/// itself unless it is an error answer that is neither JSON nor an HTML
+/// page. For a layer that maps responses without a middleware's boxed
+/// future (`tower::ServiceBuilder::map_response`), as the library's router
+/// uses it.
+pub fn plain_errors_as_json(response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;

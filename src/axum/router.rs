@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use ::axum::Router;
 use ::axum::extract::State;
-use ::axum::middleware;
 use ::axum::response::{IntoResponse as _, Response};
 use ::axum::routing::{get, post};
 use http::StatusCode;
+use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::axum::{EventRequest, OAuthRequest, cors, json_errors};
+use crate::axum::{EventRequest, OAuthRequest, cors, plain_errors_as_json};
 use crate::{
     Gateway, HttpAnswer, INTROSPECTION_PATH, METADATA_PATH, REVOCATION_PATH, TOKEN_PATH,
     ToHttpAnswer,
@@ -46,18 +46,26 @@ pub fn router<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router
         .route("/platform/events", post(event))
         .route("/platform/events/batch", post(batch))
         .fallback(not_found)
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            REQUEST_TIMEOUT,
-        ))
-        .layer(middleware::from_fn(json_errors))
-        .layer(CatchPanicLayer::custom(|_panic| {
-            ::axum::response::IntoResponse::into_response(HttpAnswer::error(
-                500,
-                "INTERNAL_SERVER_ERROR",
-                "the service failed to answer this request",
-            ))
-        }))
+        // One layer of three: axum wraps each route once per `layer` call,
+        // and every wrapper clones and boxes the route again for each
+        // request. Outermost first: a panic's 500, then the JSON rewrite of
+        // error answers axum and tower make themselves (the timeout's 503
+        // included), then the timeout.
+        .layer(
+            ServiceBuilder::new()
+                .layer(CatchPanicLayer::custom(|_panic| {
+                    ::axum::response::IntoResponse::into_response(HttpAnswer::error(
+                        500,
+                        "INTERNAL_SERVER_ERROR",
+                        "the service failed to answer this request",
+                    ))
+                }))
+                .map_response(plain_errors_as_json)
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    REQUEST_TIMEOUT,
+                )),
+        )
         .with_state(gateway)
 }
 
