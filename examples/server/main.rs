@@ -568,6 +568,10 @@ impl Started {
     /// (up to `--shutdown-timeout`), then closes the store.
     async fn serve(self, shutdown: impl Future<Output = ()>) {
         let purge = tokio::spawn(purge_periodically(self.gateway.clone(), PURGE_EVERY));
+        let upkeep = tokio::spawn(operating::run_metrics_upkeep(
+            self.metrics.clone(),
+            operating::METRICS_UPKEEP_EVERY,
+        ));
         // /metrics beside the API, or on its own listener.
         let (beside, own) = match self.metrics_listener {
             Some(listener) => {
@@ -596,6 +600,7 @@ impl Started {
         // cut off here loses nothing: each of its statements is atomic, and
         // the next start carries on.
         purge.abort();
+        upkeep.abort();
         self.store.close().await;
         match drained {
             Drained::All => tracing::info!("stopped"),
