@@ -23,7 +23,7 @@
 //! | `pages.rs` | the HTML template, escaping and the page headers |
 //! | `key_file.rs` | the server key and the private files' permissions |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
-//! | `operating.rs` | `/healthz`, `/readyz`, `/metrics`, request ids |
+//! | `operating.rs` | `/healthz`, `/readyz`, `/metrics` and its upkeep, request ids |
 //! | `demo.rs` | the demo app, account and API key, and their file |
 //! | `serve.rs` | the connections: header timeout, cap, shutdown deadline |
 

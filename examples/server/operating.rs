@@ -172,7 +172,7 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn the_metrics_upkeep_runs_every_period_without_a_scrape() {
+    async fn the_metrics_upkeep_runs_once_a_period() {
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = calls.clone();
         let upkeep = tokio::spawn(upkeep_every(METRICS_UPKEEP_EVERY, move || {

@@ -12,8 +12,9 @@
 //!
 //! Each request carries the client's address as axum's
 //! `ConnectInfo<SocketAddr>`, which the sign-in throttle reads. The body
-//! size limits, CORS, JSON errors, logs and the per-request timeout are the
-//! router's (`app.rs` and the library's `axum::router`).
+//! size limits, CORS, JSON errors and the per-request timeout are the
+//! router's (`app.rs` and the library's `axum::router`); the request log
+//! wraps the router (`app::logged`).
 
 use std::future::Future;
 use std::io;
