@@ -16,12 +16,11 @@
 //! router's (`app.rs` and the library's `axum::router`); the request log
 //! wraps the router (`app::logged`).
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::convert::Infallible;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};

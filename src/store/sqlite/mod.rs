@@ -207,23 +207,9 @@ impl SqliteStore {
         // No liveness ping before each use (sqlx's default): an SQLite
         // connection is a file in this process, not a socket that can die,
         // and the ping is one more trip to the database's thread per call.
-        let writer = connect(
-            SqlitePoolOptions::new()
-                .max_connections(1)
-                .test_before_acquire(false)
-                .acquire_timeout(ACQUIRE_TIMEOUT),
-            &options,
-        )
-        .await?;
+        let writer = connect(1, &options).await?;
         migrate(&writer).await?;
-        let reader = connect(
-            SqlitePoolOptions::new()
-                .max_connections(READERS)
-                .test_before_acquire(false)
-                .acquire_timeout(ACQUIRE_TIMEOUT),
-            &options,
-        )
-        .await?;
+        let reader = connect(READERS, &options).await?;
         let gate = WriteGate::default();
         let events = EventWriter::start(path, sync, BUSY_TIMEOUT, gate.clone())?;
         Ok(Self {
@@ -306,7 +292,7 @@ fn create_private(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Opens a pool on `options`. Two stores opening a new file at once can
+/// Opens a pool of `connections` connections on `options`. Two stores opening a new file at once can
 /// both hold a read lock and both want the write lock (to write the header
 /// and switch to WAL): SQLite then answers one of them "database is locked"
 /// at once, without waiting in the busy handler, since waiting could never
@@ -315,9 +301,13 @@ fn create_private(path: &Path) -> std::io::Result<()> {
 /// since the first (an attempt may itself wait up to that long in the busy
 /// handler).
 async fn connect(
-    pool: SqlitePoolOptions,
+    connections: u32,
     options: &SqliteConnectOptions,
 ) -> Result<SqlitePool, StoreError> {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(connections)
+        .test_before_acquire(false)
+        .acquire_timeout(ACQUIRE_TIMEOUT);
     let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
     loop {
         match pool.clone().connect_with(options.clone()).await {
