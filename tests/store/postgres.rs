@@ -670,6 +670,39 @@ async fn an_unreachable_database_is_a_backend_error() {
     );
 }
 
+/// Connections of the store's pool in use (not idle).
+fn connections_in_use(store: &PgStore) -> usize {
+    usize::try_from(store.pool().size()).expect("a pool size") - store.pool().num_idle()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_group_writer_keeps_its_connection_through_short_pauses_not_through_close() {
+    in_schema(|schema| async move {
+        let store = schema.store().await;
+        let account = AccountId(random_uuid(&OsRandom));
+        for n in 0..2 {
+            let outcome = store.record(&single(event(account, n))).await;
+            assert_eq!(outcome.expect("recorded"), RecordOutcome::Recorded);
+            // Between groups the writer keeps its connection: the next
+            // group needs no checkout and no liveness ping.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(connections_in_use(&store), 1, "after group {n}");
+        }
+        // A pause longer than the writer keeps it: the connection is back.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(connections_in_use(&store), 0);
+        // Busy again, then closed: `close` waits for every connection, and
+        // the writer gives its own back at once, not after the pause.
+        let outcome = store.record(&single(event(account, 2))).await;
+        assert_eq!(outcome.expect("recorded"), RecordOutcome::Recorded);
+        assert_eq!(connections_in_use(&store), 1);
+        tokio::time::timeout(Duration::from_millis(500), store.close())
+            .await
+            .expect("close took the writer's connection back at once");
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_closed_pool_is_a_backend_error_never_a_panic() {
     in_schema(|schema| async move {

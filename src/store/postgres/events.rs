@@ -5,6 +5,7 @@
 //! share transactions.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::Connection as _;
@@ -222,34 +223,47 @@ pub(super) fn spawn_group_writers(
     }
 }
 
+/// How long a writer keeps its connection while no `record` call comes.
+/// Under a flood the writer often empties the queue before the next call
+/// arrives; giving the connection back at each such pause cost the next
+/// group a pool checkout and the pool's liveness ping (a round trip), and
+/// spread the groups over every connection of the pool. Measured with the
+/// intake bench, 64 connections: PostgreSQL's p99 fell from 42 ms to 5 ms,
+/// and token refreshes' from 43 ms to 7 ms. A store idle for longer holds
+/// no connection.
+const KEEP_CONNECTION_IDLE: Duration = Duration::from_secs(1);
+
 /// One group-commit writer: takes whatever `record` calls have queued (up
 /// to `max`), records them, and answers each after the COMMIT. While
 /// groups keep coming it keeps its connection, so a group costs no pool
-/// checkout (and no liveness ping); before it waits, the connection goes
-/// back to the pool. A group whose connection was lost is retried once on
-/// a fresh one.
+/// checkout (and no liveness ping); after [`KEEP_CONNECTION_IDLE`] without
+/// one, or when the pool is closed, the connection goes back to the pool.
+/// A group whose connection was lost is retried once on a fresh one.
 async fn group_writer(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize) {
     let mut taken = Vec::with_capacity(max);
     let mut connection: Option<PoolConnection<Postgres>> = None;
     loop {
         // The lock is held while waiting, so one writer at a time gathers
-        // a group; the others are writing theirs. A writer about to wait
-        // (for the queue, or for another writer gathering) gives its
-        // connection back to the pool first, so that an idle store holds
-        // none and `close` can take them all; under a steady flood the
-        // queue is never empty and the connection is kept.
+        // a group; the others are writing theirs, and a writer that waits
+        // for another to finish gathering gives its connection back first.
         let mut queue = match jobs.try_lock() {
-            Ok(queue) if !queue.is_empty() => queue,
-            Ok(queue) => {
-                connection = None;
-                queue
-            }
+            Ok(queue) => queue,
             Err(_) => {
                 connection = None;
                 jobs.lock().await
             }
         };
-        if queue.recv_many(&mut taken, max).await == 0 {
+        if queue.is_empty() && connection.is_some() {
+            // `recv_many` is cancel-safe: a job is either taken or left
+            // queued for the wait below.
+            tokio::select! {
+                _ = queue.recv_many(&mut taken, max) => {}
+                () = tokio::time::sleep(KEEP_CONNECTION_IDLE) => connection = None,
+                // `close` waits for every connection to come back.
+                () = pool.close_event() => connection = None,
+            }
+        }
+        if taken.is_empty() && queue.recv_many(&mut taken, max).await == 0 {
             break;
         }
         crate::metrics::group_commit("postgres", taken.len(), queue.len());
