@@ -256,3 +256,96 @@ async fn json_errors_rewrites_plain_error_answers_and_keeps_the_rest() {
     let body = to_bytes(response.into_body(), 1024).await.unwrap();
     assert_eq!(body, "<p>no</p>", "HTML pages are the host's and stay");
 }
+
+/// An event sink that fails as a bug or a stuck database would: `record`
+/// panics, or never returns.
+struct BrokenSink {
+    hangs: bool,
+}
+
+#[async_trait::async_trait]
+impl crate::EventSink for BrokenSink {
+    async fn record(
+        &self,
+        _: &crate::EventSubmission,
+    ) -> Result<crate::RecordOutcome, crate::StoreError> {
+        if self.hangs {
+            std::future::pending().await
+        } else {
+            panic!("a bug in the event sink")
+        }
+    }
+
+    async fn check_claim(
+        &self,
+        _: &crate::IdempotencyClaim,
+    ) -> Result<Option<crate::RecordOutcome>, crate::StoreError> {
+        Ok(None)
+    }
+
+    async fn find_event(
+        &self,
+        _: uuid::Uuid,
+    ) -> Result<Option<crate::RecordedEvent>, crate::StoreError> {
+        Ok(None)
+    }
+
+    async fn purge_expired_claims(
+        &self,
+        _: time::OffsetDateTime,
+        _: usize,
+    ) -> Result<usize, crate::StoreError> {
+        Ok(0)
+    }
+}
+
+/// A bearer-authenticated event, sent to the router of a gateway whose
+/// event sink is `sink`.
+async fn send_event_to(sink: BrokenSink) -> (StatusCode, http::HeaderMap, Value) {
+    let mut stores = Stores::in_memory();
+    stores.events = Arc::new(sink);
+    let gateway = Arc::new(
+        Gateway::new(
+            GatewayConfig::new("https://api.example"),
+            stores,
+            SecretHasher::new([5; 32]),
+        )
+        .with_clock(Arc::new(ManualClock::at_epoch_of_tests()))
+        .with_random(Arc::new(SeededRandom::new(5))),
+    );
+    let (token, _) = access_token(&gateway).await;
+    let request = Request::post("/platform/events")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::from(
+            &include_bytes!("../../benches/data/typical.json")[..],
+        ))
+        .unwrap();
+    send(router(gateway), request).await
+}
+
+#[tokio::test]
+async fn a_panic_behind_the_router_is_answered_with_a_json_500() {
+    let (status, headers, body) = send_event_to(BrokenSink { hangs: false }).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(body["error_type"], "INTERNAL_SERVER_ERROR");
+}
+
+// Paused time: the runtime skips ahead to the timeout once every task waits.
+#[tokio::test(start_paused = true)]
+async fn a_request_that_outlasts_the_timeout_is_answered_with_a_json_503() {
+    let started = tokio::time::Instant::now();
+    // Without the router's timeout the request would never be answered.
+    let (status, headers, body) = tokio::time::timeout(
+        REQUEST_TIMEOUT * 2,
+        send_event_to(BrokenSink { hangs: true }),
+    )
+    .await
+    .expect("answered within the router's timeout");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(body["error_type"], "SERVICE_UNAVAILABLE");
+    assert_eq!(headers["retry-after"], "1");
+    assert!(started.elapsed() >= REQUEST_TIMEOUT);
+}
