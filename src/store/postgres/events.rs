@@ -228,9 +228,9 @@ pub(super) fn spawn_group_writers(
 /// arrives; giving the connection back at each such pause cost the next
 /// group a pool checkout and the pool's liveness ping (a round trip), and
 /// spread the groups over every connection of the pool. Measured with the
-/// intake bench, 64 connections: PostgreSQL's p99 fell from 42 ms to 5 ms,
-/// and token refreshes' from 43 ms to 7 ms. A store idle for longer holds
-/// no connection.
+/// intake bench, 64 connections: PostgreSQL's p99 fell from 42 ms to 5 to
+/// 20 ms (from run to run), and token refreshes' from 43 ms to 7 to 9 ms.
+/// A store idle for longer holds no connection.
 const KEEP_CONNECTION_IDLE: Duration = Duration::from_secs(1);
 
 /// One group-commit writer: takes whatever `record` calls have queued (up
