@@ -13,8 +13,9 @@ use std::time::Instant;
 use axum::Router;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse as _, Response};
-use conversion_gateway::{Gateway, HttpAnswer};
+use axum::response::Response;
+use conversion_gateway::Gateway;
+use conversion_gateway::axum::panic_as_json;
 use tower::{Layer as _, Service};
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -39,14 +40,7 @@ pub fn router(
         // Only on the routes merged so far: the library's routes answer
         // their own panics, and each layer axum puts on a route costs every
         // request through it another boxed copy of the route.
-        .layer(CatchPanicLayer::custom(|_panic| {
-            HttpAnswer::error(
-                500,
-                "INTERNAL_SERVER_ERROR",
-                "the service failed to answer this request",
-            )
-            .into_response()
-        }))
+        .layer(CatchPanicLayer::custom(panic_as_json))
         .merge(conversion_gateway::axum::router(gateway))
 }
 

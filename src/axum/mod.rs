@@ -40,7 +40,7 @@ mod router;
 
 pub use bearer::Bearer;
 pub use extract::{EventRequest, OAuthRequest};
-pub use respond::{json_errors, plain_errors_as_json};
+pub use respond::{json_errors, panic_as_json, plain_errors_as_json};
 pub use router::{OAUTH_BODY_LIMIT, REQUEST_TIMEOUT, router};
 
 #[cfg(test)]

@@ -18,6 +18,19 @@ impl IntoResponse for HttpAnswer {
     }
 }
 
+/// The service's JSON 500 for a handler that panicked, in the shape
+/// tower-http's `CatchPanicLayer::custom` takes: the library's router
+/// answers its own panics with it, and a host can answer its own routes'
+/// the same way. What the panic said stays out of the answer.
+pub fn panic_as_json(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    HttpAnswer::error(
+        500,
+        "INTERNAL_SERVER_ERROR",
+        "the service failed to answer this request",
+    )
+    .into_response()
+}
+
 /// Middleware (for [`axum::middleware::from_fn`](::axum::middleware::from_fn))
 /// that turns every error answer that is neither JSON nor an HTML page (axum's
 /// own 404, 405, 413 and 415, a timeout's 503, a panic's 500) into the

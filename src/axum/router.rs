@@ -12,7 +12,7 @@ use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::axum::{EventRequest, OAuthRequest, cors, plain_errors_as_json};
+use crate::axum::{EventRequest, OAuthRequest, cors, panic_as_json, plain_errors_as_json};
 use crate::{
     Gateway, HttpAnswer, INTROSPECTION_PATH, METADATA_PATH, REVOCATION_PATH, TOKEN_PATH,
     ToHttpAnswer,
@@ -53,13 +53,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router
         // included), then the timeout.
         .layer(
             ServiceBuilder::new()
-                .layer(CatchPanicLayer::custom(|_panic| {
-                    ::axum::response::IntoResponse::into_response(HttpAnswer::error(
-                        500,
-                        "INTERNAL_SERVER_ERROR",
-                        "the service failed to answer this request",
-                    ))
-                }))
+                .layer(CatchPanicLayer::custom(panic_as_json))
                 .map_response(plain_errors_as_json)
                 .layer(TimeoutLayer::with_status_code(
                     StatusCode::SERVICE_UNAVAILABLE,
