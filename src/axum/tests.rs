@@ -17,10 +17,14 @@ use crate::{
 };
 
 fn gateway(clock: Arc<ManualClock>) -> Arc<Gateway> {
+    gateway_on(Stores::in_memory(), clock)
+}
+
+fn gateway_on(stores: Stores, clock: Arc<ManualClock>) -> Arc<Gateway> {
     Arc::new(
         Gateway::new(
             GatewayConfig::new("https://api.example"),
-            Stores::in_memory(),
+            stores,
             SecretHasher::new([5; 32]),
         )
         .with_clock(clock)
@@ -304,15 +308,7 @@ impl crate::EventSink for BrokenSink {
 async fn send_event_to(sink: BrokenSink) -> (StatusCode, http::HeaderMap, Value) {
     let mut stores = Stores::in_memory();
     stores.events = Arc::new(sink);
-    let gateway = Arc::new(
-        Gateway::new(
-            GatewayConfig::new("https://api.example"),
-            stores,
-            SecretHasher::new([5; 32]),
-        )
-        .with_clock(Arc::new(ManualClock::at_epoch_of_tests()))
-        .with_random(Arc::new(SeededRandom::new(5))),
-    );
+    let gateway = gateway_on(stores, Arc::new(ManualClock::at_epoch_of_tests()));
     let (token, _) = access_token(&gateway).await;
     let request = Request::post("/platform/events")
         .header("content-type", "application/json")
