@@ -29,7 +29,12 @@ const CHUNK: usize = 4096;
 pub(super) struct EventLog {
     /// The events, [`CHUNK`] to a chunk; only the last one has room.
     chunks: Vec<Vec<StoredEvent>>,
-    /// Each event's position in the log.
+    /// Each event's position in the log. A B-tree, not a hash map: a hash
+    /// map that outgrows its table moves every entry to a new one while the
+    /// sink's lock is held, and with a million events that stalled every
+    /// request for about 400 ms (the memory store's p99 under `wrk`). A
+    /// B-tree grows a node at a time, and the time-ordered (v7) uuids of new
+    /// events all land in its last leaf.
     positions: BTreeMap<Uuid, usize>,
 }
 
