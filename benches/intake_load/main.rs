@@ -28,6 +28,11 @@
 //! `--generator wrk` sends the flood with `wrk -t1` instead of this
 //! program's hyper clients (see [`Generator`]).
 //!
+//! On Linux each round also says where the CPU went, per request: the
+//! server's process, the store's own processes (PostgreSQL, the NATS
+//! server), the load generator, and the share of the machine left idle
+//! (module `cpu`).
+//!
 //! `postgres` runs when `DATABASE_URL` names a server, in a schema of its
 //! own that is dropped at the end; `jetstream` (the memory store, events
 //! sent to a JetStream stream with `--events`) when `NATS_URL` does, on a
@@ -48,7 +53,11 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 
-const TYPICAL: &[u8] = include_bytes!("data/typical.json");
+use self::cpu::{CpuPerRequest, CpuSample};
+
+mod cpu;
+
+const TYPICAL: &[u8] = include_bytes!("../data/typical.json");
 
 struct Options {
     seconds: u64,
@@ -116,6 +125,8 @@ struct Round {
     p50_ms: f64,
     p99_ms: f64,
     failures: usize,
+    /// Where the CPU went, where `/proc` could be read.
+    cpu: Option<CpuPerRequest>,
 }
 
 fn main() {
@@ -216,7 +227,13 @@ async fn run(options: Options) {
                 .refresher
                 .take()
                 .map(|refresher| tokio::spawn(refresher.run_until(deadline)));
-            let result = load(target.address, &target.query, &options, deadline).await;
+            let before = CpuSample::now(target.process.id());
+            let started = Instant::now();
+            let mut result = load(target.address, &target.query, &options, deadline).await;
+            let requests = result.requests_per_second * started.elapsed().as_secs_f64();
+            result.cpu = before
+                .zip(CpuSample::now(target.process.id()))
+                .map(|(before, after)| before.per_request(&after, requests));
             let mut refresh_p99 = f64::NAN;
             if let Some(task) = refreshing {
                 let (refresher, latencies) = task.await.expect("the refresher");
@@ -225,7 +242,7 @@ async fn run(options: Options) {
                 target.refresher = Some(refresher);
             }
             eprintln!(
-                "round {} {:>8}: {:>8.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  failures {}  refresh p99 {:>6.2} ms",
+                "round {} {:>8}: {:>8.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  failures {}  refresh p99 {:>6.2} ms  {}",
                 round + 1,
                 target.name,
                 result.requests_per_second,
@@ -233,6 +250,13 @@ async fn run(options: Options) {
                 result.p99_ms,
                 result.failures,
                 refresh_p99,
+                result.cpu.map_or_else(String::new, |cpu| format!(
+                    "CPU/req: server {:.1} us, store {:.1} us, generator {:.1} us; idle {:.0}%",
+                    cpu.server_us,
+                    cpu.store_us,
+                    cpu.generator_us,
+                    100.0 * cpu.idle_share
+                )),
             );
             rounds[index].push(result);
         }
@@ -250,9 +274,9 @@ async fn run(options: Options) {
         options.rounds
     );
     println!(
-        "| target | requests/s | vs bare | vs memory | p50 ms | p99 ms | failures | refreshes | refresh p99 ms | refresh max ms |"
+        "| target | requests/s | vs bare | vs memory | p50 ms | p99 ms | failures | refreshes | refresh p99 ms | refresh max ms | server µs/req | store µs/req | generator µs/req | idle |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let memory = medians[1].requests_per_second;
     for ((target, result), refreshes) in targets.iter().zip(&medians).zip(&mut refreshes) {
         refreshes.sort_unstable();
@@ -265,8 +289,20 @@ async fn run(options: Options) {
         } else {
             ("".to_owned(), "".to_owned(), "".to_owned())
         };
+        let cpu = result.cpu.map_or_else(
+            || " | | | ".to_owned(),
+            |cpu| {
+                format!(
+                    "{:.1} | {:.1} | {:.1} | {:.0}%",
+                    cpu.server_us,
+                    cpu.store_us,
+                    cpu.generator_us,
+                    100.0 * cpu.idle_share
+                )
+            },
+        );
         println!(
-            "| {} | {:.0} | {:.0}% | {:.0}% | {:.2} | {:.2} | {} | {count} | {p99} | {max} |",
+            "| {} | {:.0} | {:.0}% | {:.0}% | {:.2} | {:.2} | {} | {count} | {p99} | {max} | {cpu} |",
             target.name,
             result.requests_per_second,
             100.0 * result.requests_per_second / medians[0].requests_per_second,
@@ -370,6 +406,7 @@ async fn load(address: SocketAddr, query: &str, options: &Options, deadline: Ins
         p50_ms: percentile(&latencies, 0.50),
         p99_ms: percentile(&latencies, 0.99),
         failures,
+        cpu: None,
     }
 }
 
@@ -435,6 +472,7 @@ fn wrk(address: SocketAddr, query: &str, connections: usize, seconds: u64) -> Ro
         p50_ms: millis("50%"),
         p99_ms: millis("99%"),
         failures: count("Non-2xx or 3xx responses:") + count("Socket errors:"),
+        cpu: None,
     }
 }
 
