@@ -14,7 +14,9 @@
 //! Targets then take turns, round after round, so that a noisy shared machine
 //! moves them alike; the table gives each target's median round and its
 //! ratio to `bare` and to `memory`. The load generator runs in this process
-//! and shares the cores with the servers, as `wrk` would.
+//! and shares the cores with the servers, as `wrk` would. Below the table,
+//! each target's ratios are also given round by round (each from runs made
+//! one right after the other): their median and range.
 //!
 //! While each example server takes the flood, one client refreshes an OAuth
 //! token over and over (a fresh grant per server, through the sign-in and
@@ -310,6 +312,32 @@ async fn run(options: Options) {
             result.p50_ms,
             result.p99_ms,
             result.failures
+        );
+    }
+
+    // Each round's ratio pairs runs made one right after the other, so a
+    // machine that slows down for a while moves both sides of it alike.
+    println!("\nRatios round by round (each from one round's runs): median (lowest to highest)\n");
+    for (index, target) in targets.iter().enumerate().skip(1) {
+        let versus = |base: usize| {
+            let mut ratios: Vec<f64> = rounds[index]
+                .iter()
+                .zip(&rounds[base])
+                .map(|(round, base)| 100.0 * round.requests_per_second / base.requests_per_second)
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            format!(
+                "{:.0}% ({:.0}% to {:.0}%)",
+                ratios[ratios.len() / 2],
+                ratios[0],
+                ratios[ratios.len() - 1]
+            )
+        };
+        println!(
+            "- {}: {} of bare, {} of memory",
+            target.name,
+            versus(0),
+            versus(1)
         );
     }
 
