@@ -1,6 +1,7 @@
 //! Where a flood's CPU went, per request: the server's process, the store's
-//! own processes (PostgreSQL's backends, the NATS server), the load
-//! generator, and the share of the machine left idle. Read from Linux's
+//! own processes and threads (PostgreSQL's backends, the NATS server, the
+//! SQLite store's writer of events), the load generator, and the share of
+//! the machine left idle. Read from Linux's
 //! `/proc` before and after each run, so that every run of the bench says
 //! where its time went (elsewhere each figure is left out).
 //!
@@ -16,12 +17,18 @@ use std::process::Command;
 /// memory store it shows what the idle database does meanwhile).
 const STORE_PROCESSES: [&str; 2] = ["postgres", "nats-server"];
 
+/// The store's own threads in the server's process (the SQLite store's
+/// writer of events), by name: counted as the store's, not the server's.
+const STORE_THREADS: [&str; 1] = ["sqlite-events"];
+
 /// Cumulative CPU times at one instant, in clock ticks.
 #[derive(Clone, Copy, Debug)]
 pub struct CpuSample {
-    /// The server's process (all its threads).
+    /// The server's process, but for its threads named in
+    /// [`STORE_THREADS`].
     server: u64,
-    /// Every process named in [`STORE_PROCESSES`].
+    /// Every process named in [`STORE_PROCESSES`], and the server's threads
+    /// named in [`STORE_THREADS`].
     store: u64,
     /// This program and the children it has waited for (`wrk`): the load
     /// generator.
@@ -53,9 +60,10 @@ impl CpuSample {
         // of this program, and its time would count as the generator's.
         ticks_per_second();
         let (idle, total) = machine()?;
+        let store_threads = store_thread_ticks(server);
         Some(Self {
-            server: process_ticks(server, false)?,
-            store: store_ticks(),
+            server: process_ticks(server, false)?.saturating_sub(store_threads),
+            store: store_ticks() + store_threads,
             generator: process_ticks(std::process::id(), true)?,
             idle,
             total,
@@ -81,7 +89,29 @@ impl CpuSample {
 /// User and system time of process `pid` (`/proc/PID/stat` fields 14 and
 /// 15), with its waited-for children's (16 and 17) if `children`.
 fn process_ticks(pid: u32, children: bool) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_ticks(&format!("/proc/{pid}"), children)
+}
+
+/// The CPU time of the threads of process `pid` named in [`STORE_THREADS`].
+fn store_thread_ticks(pid: u32) -> u64 {
+    let tasks = format!("/proc/{pid}/task");
+    let Ok(entries) = std::fs::read_dir(&tasks) else {
+        return 0;
+    };
+    entries
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|task| {
+            std::fs::read_to_string(task.join("comm"))
+                .is_ok_and(|name| STORE_THREADS.contains(&name.trim()))
+        })
+        .filter_map(|task| stat_ticks(task.to_str()?, false))
+        .sum()
+}
+
+/// User and system time from the `stat` file under `dir` (a process's or
+/// a thread's), with the waited-for children's if `children`.
+fn stat_ticks(dir: &str, children: bool) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("{dir}/stat")).ok()?;
     // The command name, field 2, is in parentheses and may hold spaces: the
     // fields are counted from the last closing one.
     let fields: Vec<u64> = stat

@@ -31,9 +31,9 @@
 //! program's hyper clients (see [`Generator`]).
 //!
 //! On Linux each round also says where the CPU went, per request: the
-//! server's process, the store's own processes (PostgreSQL, the NATS
-//! server), the load generator, and the share of the machine left idle
-//! (module `cpu`).
+//! server's process, the store's own processes and threads (PostgreSQL,
+//! the NATS server, the SQLite store's writer of events), the load
+//! generator, and the share of the machine left idle (module `cpu`).
 //!
 //! `postgres` runs when `DATABASE_URL` names a server, in a schema of its
 //! own that is dropped at the end; `jetstream` (the memory store, events
