@@ -739,52 +739,36 @@ fn start_server(
 /// it, and the URL that puts the example server in it.
 fn postgres_store(url: String) -> (Box<dyn FnOnce()>, String) {
     let schema = format!("intake_load_{}", std::process::id());
-    let psql = |sql: &str| {
+    run_sql(&url, format!("CREATE SCHEMA {schema}")).expect("create a schema at DATABASE_URL");
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let in_schema = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+    // Best effort: a schema left behind is only a schema left behind.
+    let drop_schema = move || {
+        let _ = run_sql(&url, format!("DROP SCHEMA {schema} CASCADE"));
+    };
+    (Box::new(drop_schema), in_schema)
+}
+
+/// Runs `sql` on the server at `url`, on a thread and runtime of its own
+/// (the caller may be on the bench's runtime, which cannot block on it).
+fn run_sql(url: &str, sql: String) -> Result<(), sqlx::Error> {
+    let url = url.to_owned();
+    std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a runtime");
         runtime.block_on(async {
-            let options = sqlx::postgres::PgConnectOptions::from_str(&url).expect("DATABASE_URL");
+            let options = sqlx::postgres::PgConnectOptions::from_str(&url)?;
             let pool = sqlx::postgres::PgPoolOptions::new()
                 .max_connections(1)
                 .connect_with(options)
-                .await
-                .expect("connect to DATABASE_URL");
-            sqlx::query(sql).execute(&pool).await.expect("run SQL");
+                .await?;
+            sqlx::query(&sql).execute(&pool).await?;
             pool.close().await;
-        });
-    };
-    std::thread::scope(|scope| {
-        scope.spawn(|| psql(&format!("CREATE SCHEMA {schema}")));
-    });
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let in_schema = format!("{url}{separator}options=-c%20search_path%3D{schema}");
-    let drop_schema = {
-        let url = url.clone();
-        move || {
-            let url = url.clone();
-            std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a runtime");
-                runtime.block_on(async {
-                    let options = sqlx::postgres::PgConnectOptions::from_str(&url).expect("URL");
-                    if let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
-                        .max_connections(1)
-                        .connect_with(options)
-                        .await
-                    {
-                        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-                            .execute(&pool)
-                            .await;
-                    }
-                });
-            })
-            .join()
-            .expect("drop the schema");
-        }
-    };
-    (Box::new(drop_schema), in_schema)
+            Ok(())
+        })
+    })
+    .join()
+    .expect("the SQL thread")
 }
