@@ -1,9 +1,9 @@
 //! Where a flood's CPU went, per request: the server's process, the store's
 //! own processes and threads (PostgreSQL's backends, the NATS server, the
 //! SQLite store's writer of events), the load generator, and the share of
-//! the machine left idle. Read from Linux's
-//! `/proc` before and after each run, so that every run of the bench says
-//! where its time went (elsewhere each figure is left out).
+//! the machine left idle. Read from Linux's `/proc` before and after each
+//! run, so that every run of the bench says where its time went (elsewhere
+//! each figure is left out).
 //!
 //! A store that is slower than the memory store is slower either because
 //! something did more work per request (the server, the database) or
@@ -42,9 +42,9 @@ pub struct CpuSample {
 /// CPU per request of one run, in microseconds, and the idle share.
 #[derive(Clone, Copy, Debug)]
 pub struct CpuPerRequest {
-    /// The server's process.
+    /// The server's process, but for the store's threads in it.
     pub server_us: f64,
-    /// The store's own processes.
+    /// The store's own processes and threads.
     pub store_us: f64,
     /// The load generator.
     pub generator_us: f64,
