@@ -6,6 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::proxy::{Admit, Proxy};
 use crate::support::{Launch, conversion_body, example_binary};
 
 fn nats_url() -> String {
@@ -309,8 +310,8 @@ async fn an_unreachable_jetstream_is_answered_503_fast_and_intake_resumes() {
         server.convert(&server.demo.api_key, &event).await.status,
         200
     );
-    // NATS goes away: every connection cut, new ones refused.
-    proxy.refuse(true);
+    // NATS goes away: every connection cut, new ones reset.
+    proxy.admit(Admit::Reset);
     proxy.cut.notify_waiters();
     let started = std::time::Instant::now();
     let reply = server.convert(&server.demo.api_key, &event).await;
@@ -322,7 +323,7 @@ async fn an_unreachable_jetstream_is_answered_503_fast_and_intake_resumes() {
         started.elapsed()
     );
     // It comes back: intake resumes without a restart.
-    proxy.refuse(false);
+    proxy.admit(Admit::All);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let reply = server.convert(&server.demo.api_key, &event).await;
@@ -331,64 +332,5 @@ async fn an_unreachable_jetstream_is_answered_503_fast_and_intake_resumes() {
         }
         assert!(std::time::Instant::now() < deadline, "intake never resumed");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-}
-
-/// A TCP proxy to NATS whose connections can all be cut at once, and
-/// which can refuse new ones.
-struct Proxy {
-    address: std::net::SocketAddr,
-    cut: std::sync::Arc<tokio::sync::Notify>,
-    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    refusing: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Proxy {
-    async fn start(target: &str) -> Self {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let cut = Arc::new(tokio::sync::Notify::new());
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let refusing = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (target, cut_all, count) = (target.to_owned(), cut.clone(), accepted.clone());
-        let refuse = refusing.clone();
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if refuse.load(Ordering::Relaxed) {
-                    // Dropped at once: the connection is reset.
-                    continue;
-                }
-                count.fetch_add(1, Ordering::Relaxed);
-                let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
-                    continue;
-                };
-                let cut = cut_all.clone();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        // Dropping both sockets resets the connection.
-                        () = cut.notified() => {}
-                    }
-                });
-            }
-        });
-        Self {
-            address,
-            cut,
-            accepted,
-            refusing,
-        }
-    }
-
-    /// Refuses new connections (`true`) or lets them through again.
-    fn refuse(&self, refuse: bool) {
-        self.refusing
-            .store(refuse, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    fn connections(&self) -> usize {
-        self.accepted.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

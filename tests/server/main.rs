@@ -18,6 +18,7 @@ mod introspection;
 mod oauth2_client;
 mod operating;
 mod process;
+mod proxy;
 mod rate_limits;
 mod routes;
 mod support;

@@ -244,48 +244,117 @@ async fn metrics_listen_serves_them_apart_from_the_api() {
     assert_eq!(reply.status(), 200);
 }
 
+/// A PostgreSQL database of a test's own (from `DATABASE_URL`), so that
+/// refusing its connections touches nothing else.
+#[cfg(feature = "postgres")]
+struct OwnDatabase {
+    /// A connection to `DATABASE_URL`'s database, for the test's own SQL.
+    admin: sqlx::PgPool,
+    /// The database's name.
+    name: String,
+    /// `DATABASE_URL` without its database: `postgres://USER@HOST:PORT`.
+    server: String,
+}
+
+#[cfg(feature = "postgres")]
+impl OwnDatabase {
+    async fn create(prefix: &str) -> Self {
+        use std::str::FromStr as _;
+        let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+            panic!(
+                "DATABASE_URL is not set: this test needs a PostgreSQL server. Start one, e.g.\n    \
+                 docker run --rm -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test -p 5432:5432 postgres:16\n\
+                 then export DATABASE_URL=postgres://postgres@127.0.0.1:5432/test"
+            )
+        });
+        let name = format!(
+            "{prefix}_{}",
+            conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
+        );
+        let admin = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(sqlx::postgres::PgConnectOptions::from_str(&url).unwrap())
+            .await
+            .expect("connect to DATABASE_URL");
+        let server = url
+            .split_once('?')
+            .map_or(url.as_str(), |(url, _)| url)
+            .rsplit_once('/')
+            .map_or(url.as_str(), |(server, _)| server)
+            .to_owned();
+        let database = Self {
+            admin,
+            name,
+            server,
+        };
+        database
+            .run(&format!("CREATE DATABASE {}", database.name))
+            .await;
+        database
+    }
+
+    /// The `--store` address of the database, through `server` (the
+    /// address of `DATABASE_URL`'s server, or of a proxy to it).
+    fn store(&self, server: &str) -> String {
+        format!("{server}/{}", self.name)
+    }
+
+    /// `USER@HOST:PORT` of the server.
+    fn authority(&self) -> &str {
+        self.server.rsplit_once("//").map_or("", |(_, a)| a)
+    }
+
+    /// The user (and password, if any) the server is reached as.
+    fn user(&self) -> &str {
+        self.authority()
+            .rsplit_once('@')
+            .map_or("postgres", |(user, _)| user)
+    }
+
+    /// `host:port` of the server (PostgreSQL's port if none is named).
+    fn host_and_port(&self) -> String {
+        let host = self
+            .authority()
+            .rsplit_once('@')
+            .map_or(self.authority(), |(_, host)| host);
+        if host.contains(':') {
+            host.to_owned()
+        } else {
+            format!("{host}:5432")
+        }
+    }
+
+    async fn run(&self, sql: &str) {
+        sqlx::query(sql)
+            .execute(&self.admin)
+            .await
+            .expect("admin SQL");
+    }
+
+    async fn drop_database(self) {
+        self.run(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .await;
+    }
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_postgresql_refusing_connections_and_coming_back() {
-    use std::str::FromStr as _;
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
-        panic!(
-            "DATABASE_URL is not set: this test needs a PostgreSQL server. Start one, e.g.\n    \
-             docker run --rm -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test -p 5432:5432 postgres:16\n\
-             then export DATABASE_URL=postgres://postgres@127.0.0.1:5432/test"
-        )
-    });
-    // A database of the test's own, so that refusing its connections
-    // touches nothing else.
-    let name = format!(
-        "cg_ready_{}",
-        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
-    );
-    let admin = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(sqlx::postgres::PgConnectOptions::from_str(&url).unwrap())
-        .await
-        .expect("connect to DATABASE_URL");
-    let run = |sql: String| {
-        let admin = admin.clone();
-        async move {
-            sqlx::query(&sql).execute(&admin).await.expect("admin SQL");
-        }
-    };
-    run(format!("CREATE DATABASE {name}")).await;
-    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
-    let store = format!("{base}/{name}");
-    let server = Launch::memory(&["--store", &store]).start();
+    let database = OwnDatabase::create("cg_ready").await;
+    let name = database.name.clone();
+    let server = Launch::memory(&["--store", &database.store(&database.server)]).start();
     assert_eq!(server.get("/readyz", "").await.status, 200);
 
-    run(format!(
-        "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false"
-    ))
-    .await;
-    run(format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
-    ))
-    .await;
+    database
+        .run(&format!(
+            "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false"
+        ))
+        .await;
+    database
+        .run(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        ))
+        .await;
     let refused = server.get("/readyz", "").await;
     assert_eq!(refused.status, 503, "{}", refused.text());
     let body = refused.json();
@@ -298,8 +367,82 @@ async fn readiness_follows_postgresql_refusing_connections_and_coming_back() {
     );
     assert!(!refused.text().contains("postgres://") && !refused.text().contains(&name));
 
-    run(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")).await;
+    database
+        .run(&format!(
+            "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"
+        ))
+        .await;
     assert_eq!(server.get("/readyz", "").await.status, 200, "ready again");
     drop(server);
-    run(format!("DROP DATABASE {name} WITH (FORCE)")).await;
+    database.drop_database().await;
+}
+
+/// PostgreSQL down for real (its port refuses connections, and the ones
+/// open are cut): a conversion is answered 503 within the store's acquire
+/// timeout (5 s by default; the retry of a group whose connection was lost
+/// does not wait twice), nothing hangs, and intake resumes by itself once
+/// the database is back.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_down_is_answered_503_within_the_acquire_timeout_and_intake_resumes() {
+    use std::time::{Duration, Instant};
+
+    use crate::proxy::{Admit, Proxy};
+
+    let database = OwnDatabase::create("cg_down").await;
+    let proxy = Proxy::start(&database.host_and_port()).await;
+    let via_proxy = format!("postgres://{}@{}", database.user(), proxy.address);
+    let server = Launch::memory(&["--store", &database.store(&via_proxy)]).start();
+    let event = conversion_body("down@example.com");
+    let first = server.convert(&server.demo.api_key, &event).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+
+    proxy.admit(Admit::Refused);
+    proxy.cut.notify_waiters();
+    for attempt in 0..2 {
+        let started = Instant::now();
+        let reply = server.convert(&server.demo.api_key, &event).await;
+        reply.assert_error(503, "SERVICE_UNAVAILABLE");
+        assert!(reply.header("retry-after").is_some(), "{reply:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "attempt {attempt} answered in {:?}",
+            started.elapsed()
+        );
+    }
+
+    proxy.admit(Admit::All);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let resumed = loop {
+        let reply = server.convert(&server.demo.api_key, &event).await;
+        if reply.status == 200 {
+            break reply;
+        }
+        assert!(Instant::now() < deadline, "intake never resumed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // The acknowledged events are stored, the refused ones are not.
+    let acknowledged: std::collections::BTreeSet<String> = [first, resumed]
+        .iter()
+        .map(|reply| {
+            reply.json()["event_uuid"]
+                .as_str()
+                .expect("a uuid")
+                .to_owned()
+        })
+        .collect();
+    let events = sqlx::PgPool::connect(&database.store(&database.server))
+        .await
+        .expect("connect to the test's database");
+    let stored: std::collections::BTreeSet<String> =
+        sqlx::query_scalar("SELECT event_uuid::text FROM events")
+            .fetch_all(&events)
+            .await
+            .expect("the events")
+            .into_iter()
+            .collect();
+    assert_eq!(stored, acknowledged);
+    events.close().await;
+    drop(server);
+    database.drop_database().await;
 }
