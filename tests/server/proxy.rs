@@ -36,7 +36,7 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy to `target` (`host:port`) on a free loopback port.
     pub async fn start(target: &str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = bind_below_ephemeral_ports().await;
         let address = listener.local_addr().expect("an address");
         let cut = Arc::new(Notify::new());
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -66,6 +66,34 @@ impl Proxy {
     pub fn connections(&self) -> usize {
         self.accepted.load(Ordering::Relaxed)
     }
+}
+
+/// A listener on a free loopback port below the kernel's range of
+/// ephemeral ports: while [`Admit::Refused`] leaves it closed, no outgoing
+/// connection (the tests' own clients, the server's) can take it as its
+/// source port, so it can always be bound again.
+async fn bind_below_ephemeral_ports() -> TcpListener {
+    const LOWEST: usize = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768_usize);
+    let span = ephemeral.saturating_sub(LOWEST).max(1);
+    // Spread the tests of one run (and of concurrent runs) over the span.
+    let start = usize::try_from(std::process::id()).unwrap_or(0)
+        + std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.subsec_nanos() as usize);
+    for attempt in 0..span {
+        let port = LOWEST + (start + attempt.wrapping_mul(7_919)) % span;
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)).await {
+            return listener;
+        }
+    }
+    panic!("no free loopback port between {LOWEST} and {ephemeral}");
 }
 
 /// Accepts and forwards until the test ends; while [`Admit::Refused`], the

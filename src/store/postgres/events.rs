@@ -270,16 +270,57 @@ async fn group_writer(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, max: 
         drop(queue);
         let submissions: Vec<&EventSubmission> = taken.iter().map(|job| &job.submission).collect();
         let mut outcomes = record_on(&pool, &mut connection, &submissions, Existing::Refuse).await;
-        if outcomes.as_ref().is_err_and(lost_connection) {
+        if matches!(&outcomes, Err(NotRecorded::Failed(error)) if lost_connection(error)) {
             // Safe to run again: the events' uuids are this group's own
             // (an event stored by the first attempt is skipped), and a
             // claim stored by it lists exactly those uuids.
             outcomes = record_on(&pool, &mut connection, &submissions, Existing::Skip).await;
         }
         drop(submissions);
-        let outcomes = outcomes.unwrap_or_else(|error| vec![Err(error); taken.len()]);
-        answer(&mut taken, outcomes);
+        match outcomes {
+            Ok(outcomes) => answer(&mut taken, outcomes),
+            Err(NotRecorded::Failed(error)) => {
+                let failed = vec![Err(error); taken.len()];
+                answer(&mut taken, failed);
+            }
+            Err(NotRecorded::NoConnection(error)) => {
+                let failed = vec![Err(error.clone()); taken.len()];
+                answer(&mut taken, failed);
+                refuse_queued(&jobs, &error);
+            }
+        }
     }
+}
+
+/// Why a group was not recorded.
+enum NotRecorded {
+    /// The pool gave no connection within its acquire timeout: the
+    /// database is down or refuses connections.
+    NoConnection(StoreError),
+    /// The group's statements failed: its connection was lost, or the
+    /// database refused them.
+    Failed(StoreError),
+}
+
+/// Answers `error` to every call queued now, when the writer could not get
+/// a connection ([`NotRecorded::NoConnection`]): they queued
+/// while its group waited out the pool's acquire timeout, and each group
+/// after it would wait as long again, so that a burst larger than one group
+/// would wait a timeout per group ahead of it. Refused at once, no call
+/// waits much more than one timeout; the next call tries the database
+/// again. A writer busy gathering a group (another writer holds the queue)
+/// is left to try the database itself.
+fn refuse_queued(jobs: &Mutex<mpsc::Receiver<Job>>, error: &StoreError) {
+    let Ok(mut queue) = jobs.try_lock() else {
+        return;
+    };
+    let mut refused = Vec::with_capacity(queue.len());
+    while let Ok(job) = queue.try_recv() {
+        refused.push(job);
+    }
+    drop(queue);
+    let failed = vec![Err(error.clone()); refused.len()];
+    answer(&mut refused, failed);
 }
 
 /// Records `submissions` on the writer's connection, opening one if it has
@@ -289,10 +330,13 @@ async fn record_on(
     connection: &mut Option<PoolConnection<Postgres>>,
     submissions: &[&EventSubmission],
     existing: Existing,
-) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
+) -> Result<Vec<Result<RecordOutcome, StoreError>>, NotRecorded> {
     let conn = match connection {
         Some(conn) => conn,
-        None => connection.insert(pool.acquire().await.map_err(backend(RECORD))?),
+        None => {
+            let acquired = pool.acquire().await.map_err(backend(RECORD));
+            connection.insert(acquired.map_err(NotRecorded::NoConnection)?)
+        }
     };
     let outcomes = record_group(conn, submissions, existing).await;
     if outcomes.as_ref().is_err_and(lost_connection)
@@ -300,7 +344,7 @@ async fn record_on(
     {
         broken.close_on_drop();
     }
-    outcomes
+    outcomes.map_err(NotRecorded::Failed)
 }
 
 /// Records a group of submissions on `conn`. `Ok` holds each submission's

@@ -133,8 +133,10 @@ pub struct PgStoreOptions {
     pub max_connections: u32,
     /// How long a call waits for a connection, a new one's handshake
     /// included, before failing with [`StoreError::Backend`]; it is what
-    /// makes a dead database fail fast. Not used by
-    /// [`PgStore::from_pool_with`]. Default: 5 seconds.
+    /// makes a dead database fail fast. A `record` call waits for it once,
+    /// not once per group ahead of it: the calls queued while the group
+    /// writer waited are refused with its group. Not used by [`PgStore::from_pool_with`].
+    /// Default: 5 seconds.
     pub acquire_timeout: Duration,
 }
 
