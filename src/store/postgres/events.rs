@@ -17,7 +17,7 @@ use tokio::sync::{Mutex, mpsc};
 use uuid::Uuid;
 
 use crate::store::feed::ForeignCursor;
-use crate::store::sql::group_commit::{Job, RECORD, answer};
+use crate::store::sql::group_commit::{Job, RECORD, answer, answer_error};
 use crate::store::sql::records::{channel_to_text, event_from, replay_or_reuse};
 use crate::store::sql::{self, backend, fails_on_data, find_row, insert_failed, lost_connection};
 use crate::{
@@ -279,13 +279,9 @@ async fn group_writer(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, max: 
         drop(submissions);
         match outcomes {
             Ok(outcomes) => answer(&mut taken, outcomes),
-            Err(NotRecorded::Failed(error)) => {
-                let failed = vec![Err(error); taken.len()];
-                answer(&mut taken, failed);
-            }
+            Err(NotRecorded::Failed(error)) => answer_error(&mut taken, &error),
             Err(NotRecorded::NoConnection(error)) => {
-                let failed = vec![Err(error.clone()); taken.len()];
-                answer(&mut taken, failed);
+                answer_error(&mut taken, &error);
                 refuse_queued(&jobs, &error);
             }
         }
@@ -303,10 +299,10 @@ enum NotRecorded {
 }
 
 /// Answers `error` to every call queued now, when the writer could not get
-/// a connection ([`NotRecorded::NoConnection`]): they queued
-/// while its group waited out the pool's acquire timeout, and each group
-/// after it would wait as long again, so that a burst larger than one group
-/// would wait a timeout per group ahead of it. Refused at once, no call
+/// a connection ([`NotRecorded::NoConnection`]): they queued while its
+/// group waited out the pool's acquire timeout, and each group after it
+/// would wait as long again, so that a burst larger than one group would
+/// wait a timeout per group ahead of it. Refused at once, no call
 /// waits much more than one timeout; the next call tries the database
 /// again. A writer busy gathering a group (another writer holds the queue)
 /// is left to try the database itself.
@@ -319,8 +315,7 @@ fn refuse_queued(jobs: &Mutex<mpsc::Receiver<Job>>, error: &StoreError) {
         refused.push(job);
     }
     drop(queue);
-    let failed = vec![Err(error.clone()); refused.len()];
-    answer(&mut refused, failed);
+    answer_error(&mut refused, error);
 }
 
 /// Records `submissions` on the writer's connection, opening one if it has

@@ -135,8 +135,8 @@ pub struct PgStoreOptions {
     /// included, before failing with [`StoreError::Backend`]; it is what
     /// makes a dead database fail fast. A `record` call waits for it once,
     /// not once per group ahead of it: the calls queued while the group
-    /// writer waited are refused with its group. Not used by [`PgStore::from_pool_with`].
-    /// Default: 5 seconds.
+    /// writer waited are refused with its group. Not used by
+    /// [`PgStore::from_pool_with`]. Default: 5 seconds.
     pub acquire_timeout: Duration,
 }
 

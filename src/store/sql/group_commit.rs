@@ -64,6 +64,13 @@ pub(crate) fn answer(jobs: &mut Vec<Job>, outcomes: Vec<Result<RecordOutcome, St
     }
 }
 
+/// Hands each job the same `error`, emptying `jobs`: nothing of theirs was
+/// recorded.
+pub(crate) fn answer_error(jobs: &mut Vec<Job>, error: &StoreError) {
+    let outcomes = vec![Err(error.clone()); jobs.len()];
+    answer(jobs, outcomes);
+}
+
 /// The group-commit writer task has stopped (its runtime shut down).
 #[derive(Debug, thiserror::Error)]
 #[error("the group-commit writer has stopped")]

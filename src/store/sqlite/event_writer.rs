@@ -27,7 +27,7 @@ use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehav
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::store::sql::group_commit::{GroupQueue, Job, RECORD, answer};
+use crate::store::sql::group_commit::{GroupQueue, Job, RECORD, answer, answer_error};
 use crate::store::sql::records::{StoredClaim, channel_to_text};
 use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
 use crate::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError};
@@ -144,9 +144,11 @@ impl Writer {
             let outcomes = {
                 let _turn = self.gate.blocking_turn();
                 self.record_group(&jobs)
-                    .unwrap_or_else(|error| vec![Err(error); jobs.len()])
             };
-            answer(&mut jobs, outcomes);
+            match outcomes {
+                Ok(outcomes) => answer(&mut jobs, outcomes),
+                Err(error) => answer_error(&mut jobs, &error),
+            }
         }
     }
 
