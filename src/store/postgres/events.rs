@@ -157,19 +157,22 @@ async fn insert_events(
     // (profiled; README, "Intake over HTTP"). They travel as `json[]`, so
     // that PostgreSQL checks each text as it receives it, rather than as
     // `text[]` cast to `json` (a copy out and a copy back in per event).
+    //
+    // The arrays are unnested in the select list, which PostgreSQL steps
+    // through together, row by row (a `ProjectSet`); `FROM UNNEST(...)`
+    // would first copy every row into a tuplestore and read it back. Both
+    // measured under a flood, side by side: the backends' CPU an event 1 to
+    // 2 µs lower this way (README, "Intake over HTTP").
     let channels: Vec<JsonText<'_>> = channel_texts.iter().map(|text| JsonText(text)).collect();
     macro_rules! insert {
         () => {
             "INSERT INTO events
                  (event_uuid, account_id, received_at, event_type, event_family,
                   conversion_identifier, email, payload, channel, batch_uuid)
-             SELECT uuid, account, received, type, family, conversion, email,
-                    payload, channel, batch
-             FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[],
-                         $5::text[], $6::text[], $7::text[], $8::json[], $9::json[],
-                         $10::uuid[])
-                  AS e(uuid, account, received, type, family, conversion, email,
-                       payload, channel, batch)"
+             SELECT UNNEST($1::uuid[]), UNNEST($2::uuid[]), UNNEST($3::timestamptz[]),
+                    UNNEST($4::text[]), UNNEST($5::text[]), UNNEST($6::text[]),
+                    UNNEST($7::text[]), UNNEST($8::json[]), UNNEST($9::json[]),
+                    UNNEST($10::uuid[])"
         };
     }
     const INSERT: &str = insert!();
