@@ -331,6 +331,7 @@ impl Server {
         Client {
             http,
             url: self.url.clone(),
+            log: self.log.clone(),
         }
     }
 }
@@ -349,11 +350,19 @@ impl Drop for Server {
 pub struct Client {
     http: reqwest::Client,
     url: String,
+    /// The server's log, shown when it does not answer.
+    log: PathBuf,
 }
 
 impl Client {
     pub async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
-        let response = request.send().await.expect("the server answers");
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(error) => panic!(
+                "the server did not answer: {error:?}\nits log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            ),
+        };
         let status = response.status();
         let headers = response.headers().clone();
         let body = response.bytes().await.expect("a readable body");
