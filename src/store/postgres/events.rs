@@ -4,6 +4,7 @@
 //! statement. With group commit (the default), concurrent `record` calls
 //! share transactions.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -135,7 +136,7 @@ async fn insert_events(
     let mut conversions = Vec::with_capacity(count);
     let mut emails = Vec::with_capacity(count);
     let mut payloads = Vec::with_capacity(count);
-    let mut channel_texts = Vec::with_capacity(count);
+    let mut channels = Vec::with_capacity(count);
     let mut batches = Vec::with_capacity(count);
     for submission in submissions {
         for event in &submission.events {
@@ -146,8 +147,8 @@ async fn insert_events(
             families.push(event.event_family.as_str());
             conversions.push(event.conversion_identifier.as_str());
             emails.push(event.email.as_str());
-            payloads.push(JsonText(event.payload.as_str()));
-            channel_texts.push(channel_to_text(&event.channel)?);
+            payloads.push(JsonText(Cow::Borrowed(event.payload.as_str())));
+            channels.push(JsonText(Cow::Owned(channel_to_text(&event.channel)?)));
             batches.push(submission.batch_uuid);
         }
     }
@@ -163,7 +164,6 @@ async fn insert_events(
     // would first copy every row into a tuplestore and read it back. Both
     // measured under a flood, side by side: the backends' CPU an event 1 to
     // 2 µs lower this way (README, "Intake over HTTP").
-    let channels: Vec<JsonText<'_>> = channel_texts.iter().map(|text| JsonText(text)).collect();
     macro_rules! insert {
         () => {
             "INSERT INTO events
@@ -199,7 +199,7 @@ async fn insert_events(
 
 /// JSON text bound as a `json` parameter: sent as it is (`json`'s binary
 /// form is its text), for PostgreSQL to check on receipt.
-struct JsonText<'a>(&'a str);
+struct JsonText<'a>(Cow<'a, str>);
 
 impl sqlx::Type<Postgres> for JsonText<'_> {
     fn type_info() -> PgTypeInfo {
