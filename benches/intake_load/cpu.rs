@@ -18,8 +18,9 @@ use std::process::Command;
 const STORE_PROCESSES: [&str; 2] = ["postgres", "nats-server"];
 
 /// The store's own threads in the server's process (the SQLite store's
-/// writer of events), by name: counted as the store's, not the server's.
-const STORE_THREADS: [&str; 1] = ["sqlite-events"];
+/// writer of events and its checkpointer), by name: counted as the
+/// store's, not the server's.
+const STORE_THREADS: [&str; 2] = ["sqlite-events", "sqlite-checkpoint"];
 
 /// Cumulative CPU times at one instant, in clock ticks.
 #[derive(Clone, Copy, Debug)]

@@ -32,6 +32,7 @@ use crate::store::sql::records::{StoredClaim, channel_to_text};
 use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
 use crate::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError};
 
+use super::checkpointer::{Checkpointer, EVENTS_PER_CHECKPOINT, WAL_PAGES_BOUND};
 use super::columns::{from_micros, json_text, micros, uuid_text};
 use super::write_gate::WriteGate;
 
@@ -85,10 +86,16 @@ impl EventWriter {
         connection
             .pragma_update(None, "synchronous", synchronous)
             .map_err(failed)?;
+        connection
+            .pragma_update(None, "wal_autocheckpoint", WAL_PAGES_BOUND)
+            .map_err(failed)?;
+        let checkpointer = Checkpointer::start(path, synchronous, busy_timeout)?;
         let (queue, jobs) = GroupQueue::new(MAX_GROUP * 4);
         let closed = Arc::new(AtomicBool::new(false));
         let writer = Writer {
             connection: Some(connection),
+            checkpointer: Some(checkpointer),
+            since_checkpoint: 0,
             gate,
             closed: Arc::clone(&closed),
         };
@@ -121,6 +128,10 @@ impl EventWriter {
 struct Writer {
     /// The connection; `None` once closed.
     connection: Option<Connection>,
+    /// Checkpoints the log off this thread; `None` once closed.
+    checkpointer: Option<Checkpointer>,
+    /// Events committed since the checkpointer was last nudged.
+    since_checkpoint: usize,
     /// Turns at SQLite's write lock, shared with the store's sqlx writer.
     gate: WriteGate,
     /// Set when the store is closed.
@@ -159,7 +170,10 @@ impl Writer {
         jobs: &[Job],
     ) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
         if self.closed.load(Ordering::Acquire) {
-            // Dropping the connection closes it (and checkpoints the WAL).
+            // Dropping the connection closes it (the last connection to the
+            // file to close checkpoints the WAL); dropping the checkpointer
+            // ends its thread, which closes its own.
+            self.checkpointer = None;
             self.connection = None;
         }
         let Some(connection) = self.connection.as_mut() else {
@@ -182,6 +196,16 @@ impl Writer {
         }
         // Only a committed submission is acknowledged.
         tx.commit().map_err(failed)?;
+        self.since_checkpoint += jobs
+            .iter()
+            .map(|job| job.submission.events.len())
+            .sum::<usize>();
+        if self.since_checkpoint >= EVENTS_PER_CHECKPOINT
+            && let Some(checkpointer) = &self.checkpointer
+        {
+            checkpointer.nudge();
+            self.since_checkpoint = 0;
+        }
         Ok(outcomes)
     }
 }

@@ -27,7 +27,8 @@
 //! ([`TokenStore`]: grants, codes, access and refresh tokens, their purge),
 //! [`clients_accounts_keys`] ([`ClientRegistry`], [`AccountStore`],
 //! [`ApiKeyStore`]) and [`events`] ([`EventSink`]), whose writer is
-//! [`event_writer`]. What SQLite shares with PostgreSQL (error mapping, records from
+//! [`event_writer`], and whose write-ahead log is copied back into the
+//! database file by the [`checkpointer`]'s thread. What SQLite shares with PostgreSQL (error mapping, records from
 //! rows, the group-commit queue, the purge loop) is in [`crate::store::sql`].
 //!
 //! [`TokenStore`]: crate::TokenStore
@@ -36,6 +37,7 @@
 //! [`ApiKeyStore`]: crate::ApiKeyStore
 //! [`EventSink`]: crate::EventSink
 
+mod checkpointer;
 mod clients_accounts_keys;
 mod columns;
 mod event_writer;
@@ -203,6 +205,13 @@ impl SqliteStore {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous)
+            // The log is checkpointed by a thread of its own
+            // ([`checkpointer`]); these connections, like the writer of
+            // events', checkpoint it only past the bound.
+            .pragma(
+                "wal_autocheckpoint",
+                checkpointer::WAL_PAGES_BOUND.to_string(),
+            )
             .busy_timeout(BUSY_TIMEOUT);
         // No liveness ping before each use (sqlx's default): an SQLite
         // connection is a file in this process, not a socket that can die,

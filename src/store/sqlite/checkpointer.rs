@@ -1,0 +1,93 @@
+//! Checkpoints of the write-ahead log on a thread of their own, off the
+//! writer of events' path.
+//!
+//! In WAL mode a commit appends pages to the log; a checkpoint copies them
+//! back into the database file and syncs it, so that the log can start
+//! over. Left to SQLite, the connection whose commit takes the log past
+//! 1,000 pages runs the checkpoint inside that commit: under an event flood
+//! that was the writer of events, every few thousand events, and every
+//! `record` call queued meanwhile waited for it (profiled: 16% of the
+//! writer's time). SQLite lets another connection do it instead ("run
+//! checkpoints from a separate thread", the documentation of
+//! `sqlite3_wal_autocheckpoint`): a `PASSIVE` checkpoint copies what it can
+//! without taking the write lock, so the writer goes on appending while the
+//! other core copies.
+//!
+//! Durability does not move: a commit is acknowledged once the log holds it
+//! (synced, with `synchronous = FULL`); a checkpoint only moves committed
+//! pages from the log to the database file.
+
+use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::StoreError;
+
+/// How many events the writer commits between two nudges: about a
+/// megabyte of log (a typical conversion and its index entries take a
+/// quarter to a third of a 4 KiB page).
+pub(super) const EVENTS_PER_CHECKPOINT: usize = 1_000;
+
+/// The size of the log, in pages, past which a committing connection
+/// checkpoints it itself, as SQLite does by default at 1,000: the bound
+/// on the log should the checkpointer fall behind (or fail). Under a
+/// flood the checkpointer's copy never quite catches up with the writer,
+/// so the log only starts over after such a checkpoint, which then has
+/// only the pages since the checkpointer's last one left to copy.
+pub(super) const WAL_PAGES_BOUND: u32 = 10_000;
+
+/// The handle of the checkpointer's thread; dropping it ends the thread
+/// (after the checkpoint in hand, if any), which closes its connection.
+#[derive(Debug)]
+pub(super) struct Checkpointer {
+    nudge: SyncSender<()>,
+}
+
+impl Checkpointer {
+    /// Opens a connection to the database at `path` (`synchronous` as the
+    /// writer's: a checkpoint syncs the file it copied into when it is
+    /// `FULL`) and starts the thread.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the database cannot be opened or the
+    /// thread cannot be started.
+    pub(super) fn start(
+        path: &Path,
+        synchronous: &str,
+        busy_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        const ACTION: &str = "open the SQLite checkpointer";
+        let failed = |error| StoreError::backend(ACTION, error);
+        let connection = Connection::open(path).map_err(failed)?;
+        connection.busy_timeout(busy_timeout).map_err(failed)?;
+        connection
+            .pragma_update(None, "synchronous", synchronous)
+            .map_err(failed)?;
+        let (nudge, nudges) = sync_channel(1);
+        std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || run(&connection, &nudges))
+            .map_err(|error| StoreError::backend(ACTION, error))?;
+        Ok(Self { nudge })
+    }
+
+    /// Asks for a checkpoint, without waiting for it. A nudge that finds
+    /// one already waiting is the same nudge; should the thread be gone (it
+    /// panicked), the writers' own checkpoint at [`WAL_PAGES_BOUND`] still
+    /// bounds the log.
+    pub(super) fn nudge(&self) {
+        let _ = self.nudge.try_send(());
+    }
+}
+
+/// Runs a passive checkpoint for each nudge, until the handle is dropped.
+fn run(connection: &Connection, nudges: &Receiver<()>) {
+    while nudges.recv().is_ok() {
+        // A checkpoint that fails (the disk is full, another process
+        // holds a lock it needs) leaves the log as it was: the next nudge
+        // tries again, and the bound above still holds.
+        let _ = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+    }
+}
