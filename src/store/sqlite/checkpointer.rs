@@ -25,6 +25,8 @@ use rusqlite::Connection;
 
 use crate::StoreError;
 
+use super::event_writer::{Sync, open_connection};
+
 /// How many events the writer commits between two nudges: about a
 /// megabyte of log (a typical conversion and its index entries take a
 /// quarter to a third of a 4 KiB page).
@@ -46,25 +48,21 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Opens a connection to the database at `path` (`synchronous` as the
-    /// writer's: a checkpoint syncs the file it copied into when it is
-    /// `FULL`) and starts the thread.
+    /// Opens a connection to the database at `path` (synced as the
+    /// writer's, `sync`: with `FULL`, a checkpoint syncs the file it copied
+    /// into) and starts the thread.
     ///
     /// # Errors
     /// [`StoreError::Backend`] if the database cannot be opened or the
     /// thread cannot be started.
     pub(super) fn start(
         path: &Path,
-        synchronous: &str,
+        sync: Sync,
         busy_timeout: Duration,
     ) -> Result<Self, StoreError> {
         const ACTION: &str = "open the SQLite checkpointer";
-        let failed = |error| StoreError::backend(ACTION, error);
-        let connection = Connection::open(path).map_err(failed)?;
-        connection.busy_timeout(busy_timeout).map_err(failed)?;
-        connection
-            .pragma_update(None, "synchronous", synchronous)
-            .map_err(failed)?;
+        let connection = open_connection(path, sync, busy_timeout)
+            .map_err(|error| StoreError::backend(ACTION, error))?;
         let (nudge, nudges) = sync_channel(1);
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())

@@ -48,6 +48,26 @@ pub(super) enum Sync {
     Off,
 }
 
+/// A rusqlite connection to the database at `path`, for the store's own
+/// threads: another process holding the write lock makes it wait up to
+/// `busy_timeout`; it syncs as `sync` says, and checkpoints the log itself
+/// only past [`WAL_PAGES_BOUND`] (the checkpointer does it before).
+pub(super) fn open_connection(
+    path: &Path,
+    sync: Sync,
+    busy_timeout: Duration,
+) -> rusqlite::Result<Connection> {
+    let connection = Connection::open(path)?;
+    connection.busy_timeout(busy_timeout)?;
+    let synchronous = match sync {
+        Sync::Full => "FULL",
+        Sync::Off => "OFF",
+    };
+    connection.pragma_update(None, "synchronous", synchronous)?;
+    connection.pragma_update(None, "wal_autocheckpoint", WAL_PAGES_BOUND)?;
+    Ok(connection)
+}
+
 /// The handle of a running writer: its queue, and the switch that closes
 /// it.
 #[derive(Clone, Debug)]
@@ -75,21 +95,9 @@ impl EventWriter {
         gate: WriteGate,
     ) -> Result<Self, StoreError> {
         const ACTION: &str = "open the SQLite writer of events";
-        let failed = |error| StoreError::backend(ACTION, error);
-        let connection = Connection::open(path).map_err(failed)?;
-        // Another process holding the write lock makes this one wait.
-        connection.busy_timeout(busy_timeout).map_err(failed)?;
-        let synchronous = match sync {
-            Sync::Full => "FULL",
-            Sync::Off => "OFF",
-        };
-        connection
-            .pragma_update(None, "synchronous", synchronous)
-            .map_err(failed)?;
-        connection
-            .pragma_update(None, "wal_autocheckpoint", WAL_PAGES_BOUND)
-            .map_err(failed)?;
-        let checkpointer = Checkpointer::start(path, synchronous, busy_timeout)?;
+        let connection = open_connection(path, sync, busy_timeout)
+            .map_err(|error| StoreError::backend(ACTION, error))?;
+        let checkpointer = Checkpointer::start(path, sync, busy_timeout)?;
         let (queue, jobs) = GroupQueue::new(MAX_GROUP * 4);
         let closed = Arc::new(AtomicBool::new(false));
         let writer = Writer {
