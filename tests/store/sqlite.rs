@@ -435,40 +435,51 @@ async fn a_payload_reads_back_byte_for_byte() {
 async fn the_log_is_checkpointed_into_the_database_while_events_keep_coming() {
     // SQLite's own checkpoint would run inside a commit of the writer of
     // events once the log passed 1,000 pages; the store leaves it to a
-    // thread of its own, and the writer's own only past 10,000 pages
-    // (`checkpointer.rs`). These events make about 300 pages of log: only
-    // that thread can have copied them into the database file.
+    // thread of its own, nudged every 1,000 events, and the writer's own
+    // only past 10,000 pages (`checkpointer.rs`). These events make a few
+    // hundred pages of log: only that thread can have copied them into the
+    // database file.
     let dir = TempDir::new();
     let store = file_store(&dir).await;
-    let empty = std::fs::metadata(dir.file()).expect("the file").len();
+    let size = || std::fs::metadata(dir.file()).expect("the file").len();
+    let empty = size();
     let account = AccountId(random_uuid(&OsRandom));
-    let writers: Vec<_> = (0..16)
-        .map(|writer| {
-            let store = Arc::clone(&store);
-            tokio::spawn(async move {
-                for n in 0..150 {
-                    let submission = EventSubmission {
-                        events: vec![event(account, writer * 1_000 + n)],
-                        batch_uuid: None,
-                        idempotency: None,
-                    };
-                    store.record(&submission).await.expect("record");
-                }
+    let record = |first: usize, each: usize| {
+        let writers: Vec<_> = (0..16)
+            .map(|writer| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    for n in 0..each {
+                        let submission = EventSubmission {
+                            events: vec![event(account, first + writer * 1_000 + n)],
+                            batch_uuid: None,
+                            idempotency: None,
+                        };
+                        store.record(&submission).await.expect("record");
+                    }
+                })
             })
-        })
-        .collect();
-    for writer in writers {
-        writer.await.expect("a writer");
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let size = std::fs::metadata(dir.file()).expect("the file").len();
-        if size > empty + 512 * 1024 {
-            break;
+            .collect();
+        async move {
+            for writer in writers {
+                writer.await.expect("a writer");
+            }
         }
+    };
+
+    // 480 events: not yet a checkpoint's worth (one per commit would be
+    // as many syncs of the database file as of the log).
+    record(0, 30).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(size(), empty, "checkpointed before 1,000 events");
+
+    record(100_000, 120).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while size() < empty + 512 * 1024 {
         assert!(
             std::time::Instant::now() < deadline,
-            "the database file is still {size} bytes ({empty} empty): nothing was checkpointed"
+            "the database file is still {} bytes ({empty} empty): nothing was checkpointed",
+            size()
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
