@@ -27,10 +27,10 @@ use crate::StoreError;
 
 use super::event_writer::{Sync, open_connection};
 
-/// How many events the writer commits between two nudges: about a
+/// How many events are committed between two checkpoints: about a
 /// megabyte of log (a typical conversion and its index entries take a
 /// quarter to a third of a 4 KiB page).
-pub(super) const EVENTS_PER_CHECKPOINT: usize = 1_000;
+const EVENTS_PER_CHECKPOINT: usize = 1_000;
 
 /// The size of the log, in pages, past which a committing connection
 /// checkpoints it itself, as SQLite does by default at 1,000: the bound
@@ -45,6 +45,8 @@ pub(super) const WAL_PAGES_BOUND: u32 = 10_000;
 #[derive(Debug)]
 pub(super) struct Checkpointer {
     nudge: SyncSender<()>,
+    /// Events committed since the thread was last nudged.
+    since_nudge: usize,
 }
 
 impl Checkpointer {
@@ -68,15 +70,23 @@ impl Checkpointer {
             .name("sqlite-checkpoint".into())
             .spawn(move || run(&connection, &nudges))
             .map_err(|error| StoreError::backend(ACTION, error))?;
-        Ok(Self { nudge })
+        Ok(Self {
+            nudge,
+            since_nudge: 0,
+        })
     }
 
-    /// Asks for a checkpoint, without waiting for it. A nudge that finds
-    /// one already waiting is the same nudge; should the thread be gone (it
-    /// panicked), the writers' own checkpoint at [`WAL_PAGES_BOUND`] still
-    /// bounds the log.
-    pub(super) fn nudge(&self) {
-        let _ = self.nudge.try_send(());
+    /// Counts `events` just committed, and asks for a checkpoint, without
+    /// waiting for it, once [`EVENTS_PER_CHECKPOINT`] have been. A nudge
+    /// that finds one already waiting is the same nudge; should the thread
+    /// be gone (it panicked), the writers' own checkpoint at
+    /// [`WAL_PAGES_BOUND`] still bounds the log.
+    pub(super) fn committed(&mut self, events: usize) {
+        self.since_nudge += events;
+        if self.since_nudge >= EVENTS_PER_CHECKPOINT {
+            let _ = self.nudge.try_send(());
+            self.since_nudge = 0;
+        }
     }
 }
 

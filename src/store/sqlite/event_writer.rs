@@ -32,7 +32,7 @@ use crate::store::sql::records::{StoredClaim, channel_to_text};
 use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
 use crate::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError};
 
-use super::checkpointer::{Checkpointer, EVENTS_PER_CHECKPOINT, WAL_PAGES_BOUND};
+use super::checkpointer::{Checkpointer, WAL_PAGES_BOUND};
 use super::columns::{from_micros, json_text, micros, uuid_text};
 use super::write_gate::WriteGate;
 
@@ -103,7 +103,6 @@ impl EventWriter {
         let writer = Writer {
             connection: Some(connection),
             checkpointer: Some(checkpointer),
-            since_checkpoint: 0,
             gate,
             closed: Arc::clone(&closed),
         };
@@ -138,8 +137,6 @@ struct Writer {
     connection: Option<Connection>,
     /// Checkpoints the log off this thread; `None` once closed.
     checkpointer: Option<Checkpointer>,
-    /// Events committed since the checkpointer was last nudged.
-    since_checkpoint: usize,
     /// Turns at SQLite's write lock, shared with the store's sqlx writer.
     gate: WriteGate,
     /// Set when the store is closed.
@@ -204,15 +201,8 @@ impl Writer {
         }
         // Only a committed submission is acknowledged.
         tx.commit().map_err(failed)?;
-        self.since_checkpoint += jobs
-            .iter()
-            .map(|job| job.submission.events.len())
-            .sum::<usize>();
-        if self.since_checkpoint >= EVENTS_PER_CHECKPOINT
-            && let Some(checkpointer) = &self.checkpointer
-        {
-            checkpointer.nudge();
-            self.since_checkpoint = 0;
+        if let Some(checkpointer) = &mut self.checkpointer {
+            checkpointer.committed(jobs.iter().map(|job| job.submission.events.len()).sum());
         }
         Ok(outcomes)
     }

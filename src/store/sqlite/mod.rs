@@ -28,8 +28,9 @@
 //! [`clients_accounts_keys`] ([`ClientRegistry`], [`AccountStore`],
 //! [`ApiKeyStore`]) and [`events`] ([`EventSink`]), whose writer is
 //! [`event_writer`], and whose write-ahead log is copied back into the
-//! database file by the [`checkpointer`]'s thread. What SQLite shares with PostgreSQL (error mapping, records from
-//! rows, the group-commit queue, the purge loop) is in [`crate::store::sql`].
+//! database file by the [`checkpointer`]'s thread. What SQLite shares with
+//! PostgreSQL (error mapping, records from rows, the group-commit queue,
+//! the purge loop) is in [`crate::store::sql`].
 //!
 //! [`TokenStore`]: crate::TokenStore
 //! [`ClientRegistry`]: crate::ClientRegistry
