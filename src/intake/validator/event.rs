@@ -13,6 +13,7 @@ use super::custom_fields::CUSTOM_PREFIX;
 use super::envelope::{EventFamily, EventType};
 use super::json_path::JsonPath;
 use super::legal_bases::LegalBasis;
+use super::member_order;
 use super::payload::{FIELD_NAMES, Field, STRING_FIELDS};
 use super::tags::Tags;
 use super::unknown::{DroppedAttributes, Scope};
@@ -285,6 +286,24 @@ enum Member<'e, 'a> {
     LegalBases(&'e [LegalBasis]),
 }
 
+impl<'e, 'a> Member<'e, 'a> {
+    /// The standard member at `index` of [`FIELD_NAMES`], if `event` has it.
+    fn standard(event: &'e ConversionEvent<'a>, index: usize) -> Option<Self> {
+        if index < STRING_FIELDS {
+            event.strings.get(index)?.as_deref().map(Member::Text)
+        } else if index == Field::Tags as usize {
+            event.tags.is_some().then_some(Member::Tags(event))
+        } else if index == Field::AvailableForMailing as usize {
+            event.available_for_mailing.map(Member::Flag)
+        } else {
+            // `legal_bases`, the last field.
+            event
+                .legal_bases_present
+                .then_some(Member::LegalBases(&event.legal_bases))
+        }
+    }
+}
+
 impl Serialize for Member<'_, '_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -314,38 +333,29 @@ impl Serialize for MapOf<'_> {
     }
 }
 
-/// The members of an event's payload, sorted by name as a
-/// [`serde_json::Map`] sorts them, so that [`ConversionEvent::to_payload`]
-/// writes the text [`ConversionEvent::to_payload_json`] serialises to.
+/// The members of an event's payload, in the order a [`serde_json::Map`]
+/// sorts them (module `member_order`), so that
+/// [`ConversionEvent::to_payload`] writes the text
+/// [`ConversionEvent::to_payload_json`] serialises to.
 struct PayloadMembers<'e, 'a>(SmallVec<[(&'e str, Member<'e, 'a>); 24]>);
 
 impl<'e, 'a> PayloadMembers<'e, 'a> {
     fn of(event: &'e ConversionEvent<'a>) -> Self {
+        let (before, after) = member_order::around_custom_fields();
         let mut members: SmallVec<[(&str, Member<'_, '_>); 24]> = SmallVec::new();
-        for (index, value) in event.strings.iter().enumerate() {
-            if let (Some(value), Some(name)) = (value, FIELD_NAMES.get(index)) {
-                members.push((name, Member::Text(value)));
-            }
-        }
-        if event.tags.is_some() {
-            members.push((Field::Tags.name(), Member::Tags(event)));
-        }
-        if let Some(available) = event.available_for_mailing {
-            members.push((Field::AvailableForMailing.name(), Member::Flag(available)));
-        }
-        if event.legal_bases_present {
-            members.push((
-                Field::LegalBases.name(),
-                Member::LegalBases(&event.legal_bases),
-            ));
-        }
+        let standard = |index: &usize| {
+            let name = FIELD_NAMES.get(*index)?;
+            Some((*name, Member::standard(event, *index)?))
+        };
+        members.extend(before.iter().filter_map(standard));
+        let custom_start = members.len();
         for (key, value) in &event.custom {
             members.push((key, Member::Text(value)));
         }
-        // Names are unique: a valid event names no member twice
-        // (`DUPLICATE_FIELD`), and custom names carry the `cf_` prefix that
-        // no standard name has.
-        members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        // Custom names are unique: a valid event names no member twice
+        // (`DUPLICATE_FIELD`).
+        members[custom_start..].sort_unstable_by(|a, b| a.0.cmp(b.0));
+        members.extend(after.iter().filter_map(standard));
         Self(members)
     }
 }

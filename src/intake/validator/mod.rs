@@ -62,6 +62,7 @@ pub(crate) mod json_path;
 pub(crate) mod legal_bases;
 mod lexer;
 pub(crate) mod limits;
+mod member_order;
 mod membership;
 mod payload;
 mod string_rules;
