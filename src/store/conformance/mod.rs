@@ -2,14 +2,20 @@
 //! the storage traits keeps its contract, the atomic operations under
 //! concurrency included. Enabled by the `test-util` feature.
 //!
-//! Run it from a test of your own store:
+//! Run it from a test of your own store, on a multi-threaded runtime (the
+//! concurrency checks race calls against each other). Here on the crate's
+//! memory store; a test of yours puts its own store in its place and
+//! carries `#[tokio::test(flavor = "multi_thread", worker_threads = 4)]`:
 //!
-//! ```ignore
-//! #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-//! async fn my_store_keeps_the_contract() {
-//!     let store = Arc::new(MyTokenStore::connect(...).await);
-//!     conversion_gateway::conformance::check_token_store(store).await;
-//! }
+//! ```
+//! use std::sync::Arc;
+//!
+//! use conversion_gateway::{MemoryTokenStore, conformance};
+//!
+//! # tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap().block_on(async {
+//! let store = Arc::new(MemoryTokenStore::new());
+//! conformance::check_token_store(store).await;
+//! # });
 //! ```
 //!
 //! Each check panics (fails the test) with a message naming the broken
