@@ -173,10 +173,13 @@ pub(crate) fn decide_refresh(
     let retired_at = match (policy, first_of_grant, successor_used_at) {
         // The adaptive policy keeps a grant's first token valid until the
         // client shows, by using the successor, that it stores new tokens.
-        (RefreshPolicy::Adaptive { .. }, true, None) => {
+        // So does reuse, which a host switches to for exactly the clients
+        // that never store one: a first token rotated under the adaptive
+        // policy before the switch must not lock such a client out.
+        (RefreshPolicy::Adaptive { .. } | RefreshPolicy::Reuse, true, None) => {
             return RefreshDecision::ReissueSuccessor(successor);
         }
-        (RefreshPolicy::Adaptive { .. }, true, Some(used_at)) => used_at,
+        (RefreshPolicy::Adaptive { .. } | RefreshPolicy::Reuse, true, Some(used_at)) => used_at,
         _ => at,
     };
     if now - retired_at <= policy.grace() {
@@ -423,14 +426,38 @@ mod tests {
                 RefreshDecision::RevokeGrant
             );
         }
-        // Reuse retires nothing, but tokens retired before keep their meaning.
-        let token = rotated(None, None);
+    }
+
+    #[test]
+    fn reuse_keeps_the_meaning_of_tokens_retired_before_the_switch() {
+        // Reuse retires nothing, but tokens retired before keep their
+        // meaning: a later token, rotated, is reuse at once.
+        let later = rotated(Some(SecretHash::from_bytes([5; 32])), None);
         assert_eq!(
-            decide_refresh(&token, RefreshPolicy::Reuse, NOW),
+            decide_refresh(&later, RefreshPolicy::Reuse, NOW),
             RefreshDecision::ReissueSuccessor(SUCCESSOR)
         );
         assert_eq!(
-            decide_refresh(&token, RefreshPolicy::Reuse, NOW + Duration::seconds(1)),
+            decide_refresh(&later, RefreshPolicy::Reuse, NOW + Duration::seconds(1)),
+            RefreshDecision::RevokeGrant
+        );
+        // A grant's first token, rotated under the adaptive policy and
+        // never followed: honoured as the adaptive policy honours it, so a
+        // host switching such a client to reuse does not lock it out.
+        let first = rotated(None, None);
+        assert_eq!(
+            decide_refresh(&first, RefreshPolicy::Reuse, NOW + Duration::days(30)),
+            RefreshDecision::ReissueSuccessor(SUCCESSOR)
+        );
+        // Once its successor was used, the first token is retired from then.
+        let used_at = NOW + Duration::days(2);
+        let retired = rotated(None, Some(used_at));
+        assert_eq!(
+            decide_refresh(&retired, RefreshPolicy::Reuse, used_at),
+            RefreshDecision::ReissueSuccessor(SUCCESSOR)
+        );
+        assert_eq!(
+            decide_refresh(&retired, RefreshPolicy::Reuse, used_at + Duration::seconds(1)),
             RefreshDecision::RevokeGrant
         );
     }

@@ -8,7 +8,7 @@
 
 mod event_log;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -333,9 +333,18 @@ impl TokenStore for MemoryTokenStore {
             .access
             .retain(|_, token| !budget.spend(token.expires_at < cutoff));
         let grants = &state.grants;
-        state.refresh.retain(|_, token| {
-            let rotated_before =
-                matches!(token.state, RefreshState::Rotated { at, .. } if at < cutoff);
+        // A grant's first token whose successor was never used is still
+        // honoured by the adaptive policy (and by reuse): kept, however
+        // long ago it was rotated.
+        let honoured: HashSet<SecretHash> = state
+            .refresh
+            .values()
+            .filter(|token| first_with_unused_successor(token, &state.refresh))
+            .map(|token| token.hash)
+            .collect();
+        state.refresh.retain(|hash, token| {
+            let rotated_before = matches!(token.state, RefreshState::Rotated { at, .. } if at < cutoff)
+                && !honoured.contains(hash);
             let expired_before = token.expires_at.is_some_and(|at| at < cutoff);
             let revoked_before = grants
                 .get(&token.grant_id)
@@ -344,6 +353,21 @@ impl TokenStore for MemoryTokenStore {
             !budget.spend(rotated_before || expired_before || revoked_before)
         });
         Ok(limit - budget.0)
+    }
+}
+
+/// Whether `token` is a grant's first refresh token, rotated, whose
+/// successor is still active: one that [`crate::RefreshPolicy::Adaptive`]
+/// still accepts, so the purge keeps it.
+fn first_with_unused_successor(
+    token: &RefreshTokenRecord,
+    refresh: &HashMap<SecretHash, RefreshTokenRecord>,
+) -> bool {
+    match &token.state {
+        RefreshState::Rotated { successor, .. } if token.predecessor.is_none() => refresh
+            .get(successor)
+            .is_some_and(|successor| matches!(successor.state, RefreshState::Active)),
+        _ => false,
     }
 }
 

@@ -250,6 +250,15 @@ pub trait TokenStore: Send + Sync {
     /// tokens of grants revoked before it. Nothing usable at `cutoff` or
     /// later is deleted; grants themselves are kept.
     ///
+    /// One rotated token is usable however long ago it was rotated, and is
+    /// never deleted for its rotation: a grant's first refresh token (no
+    /// [`RefreshTokenRecord::predecessor`]) whose successor is still
+    /// active, which [`crate::RefreshPolicy::Adaptive`] and
+    /// [`crate::RefreshPolicy::Reuse`] still accept (clients that never
+    /// store a new refresh token present it for as long as the grant
+    /// lives). It goes once its successor is used and that use is past
+    /// the retention, or when it expires or its grant is revoked.
+    ///
     /// Called by [`crate::Gateway::purge_expired`] repeatedly until it
     /// returns less than `limit`. An implementation deletes in short
     /// statements (no lock held across the whole purge), so that it never

@@ -266,32 +266,51 @@ async fn a_store_failure_at_any_step_of_a_refresh_leaves_the_token_for_the_retry
 async fn the_purge_deletes_what_expired_beyond_the_retention_and_nothing_live() {
     let f = Fixture::new().await;
     let (_, first) = f.tokens().await;
-    let second = body(&f.refresh(&first).await)["refresh_token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    // Within the retention nothing is purged: the rotated token is still
-    // recognised as reuse.
+    let second = refresh_token_of(&f.refresh(&first).await);
+    // Within the retention nothing is purged.
     f.clock.advance(Duration::days(2));
     let report = f.gateway.purge_expired().await.unwrap();
     assert_eq!(report.tokens, 0, "{report:?}");
 
     // Past it (more than 7 days after the rotation and after both access
-    // tokens expired): the code, both access tokens and the rotated token go.
+    // tokens expired): the code and both access tokens go. The first
+    // refresh token stays: its successor was never used, so the default
+    // (adaptive) policy still honours it, and a client that never stores a
+    // new refresh token (the official one) still presents it.
     f.clock.advance(Duration::days(6) + Duration::seconds(1));
     let report = f.gateway.purge_expired().await.unwrap();
-    assert_eq!(report.tokens, 4, "{report:?}");
+    assert_eq!(report.tokens, 3, "{report:?}");
     assert_eq!(f.gateway.purge_expired().await.unwrap().tokens, 0);
+    let answer = f.refresh(&first).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.json_body());
+    assert_eq!(refresh_token_of(&answer), second);
+
+    // The client uses the successor: from now on it rotates strictly, and
+    // the first token is retired with the successor's use.
+    let third = refresh_token_of(&f.refresh(&second).await);
+    f.clock.advance(Duration::days(7) + Duration::seconds(1));
+    let report = f.gateway.purge_expired().await.unwrap();
+    // The first and second refresh tokens, retired on day 8. (The access
+    // tokens issued on day 8 expired on day 9: within the retention.)
+    assert_eq!(report.tokens, 2, "{report:?}");
 
     // The live refresh token survives and works.
-    let answer = f.refresh(&second).await;
+    let answer = f.refresh(&third).await;
     assert_eq!(answer.status, 200, "{:?}", answer.json_body());
     // The purged tombstone is now only unknown: refused, but no longer
     // proof of theft, so the grant stands.
     assert_error(&f.refresh(&first).await, 401, "INVALID_REFRESH_TOKEN");
-    let third = body(&answer)["refresh_token"].as_str().unwrap().to_owned();
+    let fourth = refresh_token_of(&answer);
     f.clock.advance(Duration::minutes(1));
-    assert_eq!(f.refresh(&third).await.status, 200);
+    assert_eq!(f.refresh(&fourth).await.status, 200);
+}
+
+fn refresh_token_of(answer: &conversion_gateway::HttpAnswer) -> String {
+    assert_eq!(answer.status, 200, "{:?}", answer.json_body());
+    body(answer)["refresh_token"]
+        .as_str()
+        .expect("refresh_token")
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -64,14 +64,27 @@ pub(super) async fn check_purge(store: &dyn crate::TokenStore) {
             .await
             .expect("insert_access_token");
     }
-    let rotated_long_ago = refresh(&live_grant, None);
-    let rotated_recently = refresh(&live_grant, None);
+    // A token with a predecessor: not a grant's first, so rotation retires
+    // it for good.
+    let later = |grant: &Grant| RefreshTokenRecord {
+        predecessor: Some(refresh(grant, None).hash),
+        ..refresh(grant, None)
+    };
+    let rotated_long_ago = later(&live_grant);
+    let rotated_recently = later(&live_grant);
+    // Grants' first tokens, rotated long ago: one whose successor was never
+    // used (the adaptive policy still accepts it), one whose successor was
+    // used long ago too (retired).
+    let first_honoured = refresh(&live_grant, None);
+    let first_retired = refresh(&live_grant, None);
     let expired_refresh = refresh(&live_grant, Some(cutoff - Duration::seconds(1)));
     let of_revoked_grant = refresh(&revoked_grant, None);
     let live_refresh = refresh(&live_grant, Some(cutoff));
     for r in [
         &rotated_long_ago,
         &rotated_recently,
+        &first_honoured,
+        &first_retired,
         &expired_refresh,
         &of_revoked_grant,
         &live_refresh,
@@ -81,15 +94,22 @@ pub(super) async fn check_purge(store: &dyn crate::TokenStore) {
             .await
             .expect("insert_refresh_token");
     }
-    let successor_long_ago = refresh(&live_grant, None);
-    let successor_recently = refresh(&live_grant, None);
+    let successor_of = |token: &RefreshTokenRecord| RefreshTokenRecord {
+        predecessor: Some(token.hash),
+        ..refresh(&live_grant, None)
+    };
+    let successor_long_ago = successor_of(&rotated_long_ago);
+    let successor_recently = successor_of(&rotated_recently);
+    let successor_unused = successor_of(&first_honoured);
+    let successor_used = successor_of(&first_retired);
+    let successor_of_used = successor_of(&successor_used);
+    let before = cutoff - Duration::seconds(1);
     for (token, successor, at) in [
-        (
-            &rotated_long_ago,
-            &successor_long_ago,
-            cutoff - Duration::seconds(1),
-        ),
+        (&rotated_long_ago, &successor_long_ago, before),
         (&rotated_recently, &successor_recently, cutoff),
+        (&first_honoured, &successor_unused, before),
+        (&first_retired, &successor_used, before),
+        (&successor_used, &successor_of_used, before),
     ] {
         let rotated = store
             .rotate_refresh_token(&token.hash, successor, &access(cutoff), at)
@@ -98,7 +118,7 @@ pub(super) async fn check_purge(store: &dyn crate::TokenStore) {
         assert_eq!(rotated, Rotation::Rotated);
     }
 
-    // Six records are purgeable; batches of two take four calls. A purge
+    // Eight records are purgeable; batches of two take five calls. A purge
     // running in parallel (another run of the suite on the same database)
     // may take some of them, so only the bounds are exact.
     let mut calls = 0;
@@ -147,6 +167,14 @@ pub(super) async fn check_purge(store: &dyn crate::TokenStore) {
     );
     for (what, hash) in [
         ("a token rotated before the cutoff", rotated_long_ago.hash),
+        (
+            "a grant's first token whose successor was used before the cutoff",
+            first_retired.hash,
+        ),
+        (
+            "a successor used before the cutoff",
+            successor_used.hash,
+        ),
         ("an expired refresh token", expired_refresh.hash),
         ("a refresh token of a revoked grant", of_revoked_grant.hash),
     ] {
@@ -162,8 +190,15 @@ pub(super) async fn check_purge(store: &dyn crate::TokenStore) {
             "a refresh token that expires at the cutoff",
             live_refresh.hash,
         ),
+        (
+            "a grant's first token rotated before the cutoff whose successor \
+             was never used (the adaptive policy still accepts it)",
+            first_honoured.hash,
+        ),
         ("an active successor", successor_long_ago.hash),
         ("an active successor", successor_recently.hash),
+        ("an active successor", successor_unused.hash),
+        ("an active successor", successor_of_used.hash),
     ] {
         assert!(
             store

@@ -349,8 +349,17 @@ impl TokenStore for PgStore {
                  (SELECT hash FROM authorization_codes WHERE expires_at < $1 LIMIT $2)",
             "DELETE FROM access_tokens WHERE hash IN
                  (SELECT hash FROM access_tokens WHERE expires_at < $1 LIMIT $2)",
+            // A grant's first token (no predecessor) whose successor is
+            // still active is honoured by the adaptive and reuse policies:
+            // clients that never store a new refresh token present it for
+            // as long as the grant lives, so it is never purged.
             "DELETE FROM refresh_tokens WHERE hash IN
-                 (SELECT hash FROM refresh_tokens WHERE rotated_at < $1 LIMIT $2)",
+                 (SELECT r.hash FROM refresh_tokens r
+                  WHERE r.rotated_at < $1
+                    AND NOT (r.predecessor IS NULL AND EXISTS
+                        (SELECT 1 FROM refresh_tokens s
+                         WHERE s.hash = r.successor AND s.rotated_at IS NULL))
+                  LIMIT $2)",
             "DELETE FROM refresh_tokens WHERE hash IN
                  (SELECT hash FROM refresh_tokens WHERE expires_at < $1 LIMIT $2)",
             "DELETE FROM refresh_tokens WHERE hash IN

@@ -282,8 +282,17 @@ impl TokenStore for SqliteStore {
                  (SELECT rowid FROM authorization_codes WHERE expires_at < ?1 LIMIT ?2)",
             "DELETE FROM access_tokens WHERE rowid IN
                  (SELECT rowid FROM access_tokens WHERE expires_at < ?1 LIMIT ?2)",
+            // A grant's first token (no predecessor) whose successor is
+            // still active is honoured by the adaptive and reuse policies:
+            // clients that never store a new refresh token present it for
+            // as long as the grant lives, so it is never purged.
             "DELETE FROM refresh_tokens WHERE rowid IN
-                 (SELECT rowid FROM refresh_tokens WHERE rotated_at < ?1 LIMIT ?2)",
+                 (SELECT r.rowid FROM refresh_tokens r
+                  WHERE r.rotated_at < ?1
+                    AND NOT (r.predecessor IS NULL AND EXISTS
+                        (SELECT 1 FROM refresh_tokens s
+                         WHERE s.hash = r.successor AND s.rotated_at IS NULL))
+                  LIMIT ?2)",
             "DELETE FROM refresh_tokens WHERE rowid IN
                  (SELECT rowid FROM refresh_tokens WHERE expires_at < ?1 LIMIT ?2)",
             "DELETE FROM refresh_tokens WHERE rowid IN
