@@ -457,7 +457,11 @@ mod tests {
             RefreshDecision::ReissueSuccessor(SUCCESSOR)
         );
         assert_eq!(
-            decide_refresh(&retired, RefreshPolicy::Reuse, used_at + Duration::seconds(1)),
+            decide_refresh(
+                &retired,
+                RefreshPolicy::Reuse,
+                used_at + Duration::seconds(1)
+            ),
             RefreshDecision::RevokeGrant
         );
     }

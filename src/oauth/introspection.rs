@@ -265,10 +265,16 @@ impl Gateway {
             return Ok(Some(None));
         };
         let policy = client.refresh_policy.unwrap_or(self.config.refresh_policy);
-        let usable = !matches!(
-            decide_refresh(&record, policy, now),
-            RefreshDecision::RevokeGrant
-        );
+        // Active exactly when a refresh with it now would be answered with
+        // tokens: a retired token whose successor is no longer live would
+        // revoke the grant instead (`Gateway::refresh`).
+        let usable = match decide_refresh(&record, policy, now) {
+            RefreshDecision::Rotate | RefreshDecision::KeepToken => true,
+            RefreshDecision::ReissueSuccessor(successor) => {
+                self.successor_is_live(&successor).await?
+            }
+            RefreshDecision::RevokeGrant => false,
+        };
         Ok(Some(usable.then_some(ActiveToken {
             kind: TokenKind::RefreshToken,
             client_id: record.client_id,

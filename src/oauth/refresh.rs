@@ -122,13 +122,8 @@ impl Gateway {
         // Successors are derived from their predecessor under the server
         // key, so the one issued can be handed out again without keeping it.
         let successor = presented.successor(&self.hasher);
-        let live = self
-            .stores
-            .tokens
-            .find_refresh_token(&successor_hash)
-            .await?;
         if successor.hash(&self.hasher) == successor_hash
-            && live.is_some_and(|record| is_active(&record) && !record.revoked)
+            && self.successor_is_live(&successor_hash).await?
         {
             let issued = self.issue_access(caller, successor, now).await;
             if issued.is_ok() {
@@ -138,6 +133,17 @@ impl Gateway {
             return issued;
         }
         self.reused(caller.grant_id, now).await
+    }
+
+    /// Whether the refresh token hashed to `successor` is still the live
+    /// one of its grant (stored, not rotated, its grant not revoked): only
+    /// then is handing it out again a concurrent refresh and not reuse.
+    pub(super) async fn successor_is_live(
+        &self,
+        successor: &SecretHash,
+    ) -> Result<bool, StoreError> {
+        let live = self.stores.tokens.find_refresh_token(successor).await?;
+        Ok(live.is_some_and(|record| is_active(&record) && !record.revoked))
     }
 
     /// A retired refresh token used again: the grant is revoked, since the

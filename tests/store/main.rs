@@ -4,6 +4,7 @@
 //! and fails with start-up instructions without it).
 
 mod memory;
+mod model;
 mod nats;
 mod postgres;
 mod sqlite;

@@ -171,10 +171,7 @@ pub(super) async fn check_purge(store: &dyn crate::TokenStore) {
             "a grant's first token whose successor was used before the cutoff",
             first_retired.hash,
         ),
-        (
-            "a successor used before the cutoff",
-            successor_used.hash,
-        ),
+        ("a successor used before the cutoff", successor_used.hash),
         ("an expired refresh token", expired_refresh.hash),
         ("a refresh token of a revoked grant", of_revoked_grant.hash),
     ] {

@@ -25,6 +25,8 @@ pub struct Fixture {
     pub other_client: Client,
     pub other_secret: ClientSecret,
     pub account: Account,
+    /// The configuration the gateway was built with, kept for a restart.
+    pub config: GatewayConfig,
 }
 
 impl Fixture {
@@ -40,7 +42,7 @@ impl Fixture {
         let mut config = GatewayConfig::new(BASE_URL);
         adjust(&mut config);
         let clock = Arc::new(ManualClock::at_epoch_of_tests());
-        let gateway = Gateway::new(config, stores.clone(), SecretHasher::new([42; 32]))
+        let gateway = Gateway::new(config.clone(), stores.clone(), SecretHasher::new([42; 32]))
             .with_clock(clock.clone())
             .with_random(Arc::new(SeededRandom::new(2026)));
         let (client, secret) = gateway
@@ -76,7 +78,24 @@ impl Fixture {
             other_client,
             other_secret,
             account,
+            config,
         }
+    }
+
+    /// The same service restarted on `stores` (the same data, reopened):
+    /// a new gateway with the same configuration, server key and clock, and
+    /// a random source seeded with `seed` (a restarted process does not
+    /// draw the same random bytes again).
+    pub fn restart(&mut self, stores: Stores, seed: u64) {
+        let gateway = Gateway::new(
+            self.config.clone(),
+            stores.clone(),
+            SecretHasher::new([42; 32]),
+        )
+        .with_clock(self.clock.clone())
+        .with_random(Arc::new(SeededRandom::new(seed)));
+        self.gateway = Arc::new(gateway);
+        self.stores = stores;
     }
 
     pub fn realm(&self) -> String {

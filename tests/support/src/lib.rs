@@ -5,8 +5,11 @@
 mod events;
 mod fixture;
 pub mod hostile;
+pub mod model;
+pub mod official_client;
 mod pages;
 pub mod refresh_scenarios;
+pub mod restartable;
 mod stores;
 mod temp_dir;
 
