@@ -1014,3 +1014,85 @@ async fn events_stored_as_jsonb_read_back_the_same_after_the_upgrade() {
     })
     .await;
 }
+
+/// A schema of its own, for the long-lived tests: a restart closes the
+/// store's pool and connects again, as a restarted server instance would.
+struct SchemaStores {
+    schema: TestSchema,
+    store: Arc<PgStore>,
+}
+
+impl SchemaStores {
+    async fn admin(url: &str) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await
+            .unwrap_or_else(|error| {
+                panic!("cannot connect to DATABASE_URL ({error}).\n{NO_DATABASE}")
+            })
+    }
+}
+
+#[async_trait::async_trait]
+impl conversion_gateway_testkit::restartable::Restartable for SchemaStores {
+    const NAME: &'static str = "postgres";
+
+    async fn start() -> Self {
+        let url = database_url();
+        let admin = Self::admin(&url).await;
+        let name = format!("cg_test_{}", random_uuid(&OsRandom).simple());
+        sqlx::raw_sql(&format!("CREATE SCHEMA {name}"))
+            .execute(&admin)
+            .await
+            .expect("create the test schema");
+        admin.close().await;
+        let schema = TestSchema { url, name };
+        let store = schema.store().await;
+        Self { schema, store }
+    }
+
+    fn stores(&self) -> conversion_gateway::Stores {
+        conversion_gateway_testkit::restartable::stores_of(self.store.clone())
+    }
+
+    async fn restart(&mut self) {
+        self.store.close().await;
+        self.store = self.schema.store().await;
+    }
+
+    async fn stop(self) {
+        self.store.close().await;
+        let admin = Self::admin(&self.schema.url).await;
+        sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", self.schema.name))
+            .execute(&admin)
+            .await
+            .expect("drop the test schema");
+        admin.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_client_stays_connected_for_35_days_on_postgres() {
+    conversion_gateway_testkit::official_client::the_official_client_stays_connected::<SchemaStores>()
+        .await;
+}
+
+#[test]
+fn model_lifecycle_on_postgres() {
+    conversion_gateway_testkit::model::model_lifecycle::<SchemaStores>(
+        32,
+        60,
+        "proptest-regressions/model_lifecycle_on_postgres.txt",
+    );
+}
+
+#[test]
+fn model_idempotency_on_postgres() {
+    conversion_gateway_testkit::model::model_idempotency::<SchemaStores>(
+        24,
+        40,
+        "proptest-regressions/model_idempotency_on_postgres.txt",
+    );
+}
