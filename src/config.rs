@@ -44,11 +44,13 @@ pub struct GatewayConfig {
     /// request.
     ///
     /// This bounds how long a key switched off elsewhere (by another server
-    /// instance, or in the store directly) is still accepted here. A key
-    /// switched off through this gateway's
-    /// [`crate::Gateway::set_api_key_active`] is refused at once, and an
-    /// unknown or switched-off key is never remembered, so switching a key
-    /// on takes effect at once.
+    /// instance, or in the store directly) is still accepted here: an
+    /// entry lives from the moment the store was asked, so at most this
+    /// long after the switch. A key switched off through this gateway's
+    /// [`crate::Gateway::set_api_key_active`] is refused at once (requests
+    /// in flight then do not cache it again), and an unknown or
+    /// switched-off key is never remembered, so switching a key on takes
+    /// effect at once.
     pub api_key_cache_ttl: Duration,
     /// How long a client secret replaced by
     /// [`crate::Gateway::rotate_client_secret`] keeps working, so that the

@@ -312,15 +312,19 @@ impl Gateway {
 
     /// Switches an API key off or back on. Returns whether it exists.
     ///
-    /// Takes effect at once on this gateway; other gateways on the same
-    /// store may accept a key switched off for up to their
-    /// [`GatewayConfig::api_key_cache_ttl`].
+    /// Takes effect at once on this gateway: from the next request on, even
+    /// when a request that read the key before the switch is still in
+    /// flight. Other gateways on the same store may accept a key switched
+    /// off for up to their [`GatewayConfig::api_key_cache_ttl`] (10 s by
+    /// default).
     ///
     /// # Errors
     /// The store's error.
     pub async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
         let changed = self.stores.api_keys.set_api_key_active(id, active).await;
-        // Whatever the store answered, the next request asks it again.
+        // Whatever the store answered, the next request asks it again. After
+        // the store's write: a lookup in flight that read the key before it
+        // finds the cache's generation changed, and caches nothing.
         self.api_key_cache.forget(id);
         changed
     }

@@ -13,7 +13,8 @@
 //! A running server sees each change at its next request, on SQLite and
 //! PostgreSQL alike: it reads clients and grants from the store on every
 //! request. API keys it caches for up to `GatewayConfig::api_key_cache_ttl`
-//! (10 s), so a key switched off may be accepted that long still.
+//! (10 s), so a key switched off may be accepted that long still; `api-key
+//! disable` says so in its output.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -200,7 +201,8 @@ static COMMANDS: &[Syntax] = &[
     Syntax {
         words: "api-key disable",
         flags: "--id ID",
-        about: "Switches the key off: {\"api_key_id\", \"active\"}. A running server\n\
+        about: "Switches the key off: {\"api_key_id\", \"active\",\n\
+                \"running_servers_may_accept_it_for_up_to_seconds\"}. A running server\n\
                 caches the keys it accepted for up to 10 s, so it may accept this\n\
                 one that long still",
         parse: |flags| {
@@ -480,7 +482,20 @@ impl Command {
                 if !found {
                     return Err(Failure::Failed(format!("no API key has the id {}", key.0)));
                 }
-                Ok(json!({ "api_key_id": key.0.to_string(), "active": active }))
+                if active {
+                    // Switched-off keys are never cached: on at once.
+                    return Ok(json!({ "api_key_id": key.0.to_string(), "active": true }));
+                }
+                // A running server caches the keys it accepted, and this
+                // process cannot reach its cache: it may accept the key for
+                // up to its time to live still. The server runs with the
+                // default, as this command's gateway does.
+                let ttl = gateway.config().api_key_cache_ttl;
+                Ok(json!({
+                    "api_key_id": key.0.to_string(),
+                    "active": false,
+                    "running_servers_may_accept_it_for_up_to_seconds": ttl.whole_seconds(),
+                }))
             }
             Command::ListGrants { email } => {
                 let account = account(gateway, &email).await?;
@@ -865,6 +880,38 @@ mod tests {
                 ),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn switching_a_key_off_says_how_long_a_running_server_may_accept_it() {
+        let stores = conversion_gateway::Stores::in_memory();
+        let config = GatewayConfig::new("http://localhost");
+        let gateway = Gateway::new(
+            config,
+            stores.clone(),
+            conversion_gateway::SecretHasher::new([7; 32]),
+        );
+        let account = Account::new("Acme", "a@acme.example", &OsRandom);
+        stores.accounts.insert_account(&account).await.unwrap();
+        let (record, _) = gateway.issue_api_key(account.id, "form").await.unwrap();
+        let id = record.id.0.to_string();
+
+        let switch = |active| Command::SetApiKeyActive {
+            key: record.id,
+            active,
+        };
+        let disabled = switch(false).apply(&gateway).await.unwrap();
+        assert_eq!(
+            disabled,
+            json!({
+                "api_key_id": id,
+                "active": false,
+                "running_servers_may_accept_it_for_up_to_seconds": 10,
+            })
+        );
+        // Switched-off keys are never cached: switching on needs no delay.
+        let enabled = switch(true).apply(&gateway).await.unwrap();
+        assert_eq!(enabled, json!({ "api_key_id": id, "active": true }));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::intake::api_key_cache::KeyOwner;
+use crate::intake::api_key_cache::{KeyOwner, Lookup};
 use crate::random::time_ordered_uuid;
 use crate::request::{MediaType, Params, media_type};
 use crate::{
@@ -199,9 +199,11 @@ impl Gateway {
     /// on. The key is compared by its keyed hash, never stored or logged.
     ///
     /// A key that authenticated is remembered for
-    /// [`crate::GatewayConfig::api_key_cache_ttl`]: within that time, a key
-    /// switched off by another gateway on the same store may still be
-    /// accepted here.
+    /// [`crate::GatewayConfig::api_key_cache_ttl`]: within that time after
+    /// it was switched off by another gateway on the same store, it may
+    /// still be accepted here. Switched off through this gateway's
+    /// [`Gateway::set_api_key_active`], it is refused from the next request
+    /// on, even if a request that read it before the switch was in flight.
     ///
     /// # Errors
     /// [`IntakeError::InvalidApiKey`], or the store's error.
@@ -213,9 +215,13 @@ impl Gateway {
     /// cache, or from the stores (and then cached).
     async fn api_key_owner(&self, key: &str) -> Result<KeyOwner, IntakeError> {
         let hash = ApiKey::new(key).hash(&self.hasher);
-        if let Some(owner) = self.api_key_cache.get(&hash, self.clock.now()) {
-            return Ok(owner);
-        }
+        // Asked before the stores: the miss dates the question and names
+        // the cache's generation, so that an answer read before a switch
+        // through `set_api_key_active` is not cached after it.
+        let miss = match self.api_key_cache.get(&hash, self.clock.now()) {
+            Lookup::Hit(owner) => return Ok(owner),
+            Lookup::Miss(miss) => miss,
+        };
         let timer = crate::metrics::store_operation("api_keys", "find_api_key");
         let record = self.stores.api_keys.find_api_key(&hash).await;
         timer.done();
@@ -233,10 +239,7 @@ impl Gateway {
             account: Arc::new(account),
             key_id: record.id,
         };
-        // The time of the answer, not of the question: the entry's life
-        // starts once the store has said the key is on.
-        self.api_key_cache
-            .insert(&hash, owner.clone(), self.clock.now());
+        self.api_key_cache.insert(&hash, owner.clone(), miss);
         Ok(owner)
     }
 

@@ -194,6 +194,76 @@ async fn a_key_switched_off_elsewhere_is_refused_once_its_cache_entry_expires() 
     assert_error(&t.send(&event).await, 401, "UNAUTHORIZED");
 }
 
+/// A request that read its key as on before `set_api_key_active(false)`
+/// finishes as it began, but cannot put the key back into the cache that
+/// the switch cleared: the next request is refused, not accepted for another
+/// time to live.
+#[tokio::test]
+async fn a_key_switched_off_during_a_lookup_in_flight_is_refused_from_the_next_request() {
+    let held = Arc::new(HeldApiKeys::default());
+    let t = Intake::with_stores(Stores {
+        api_keys: held.clone(),
+        ..Stores::in_memory()
+    })
+    .await;
+    let key_id = t.key_id().await;
+    let event = conversion_body("lead@example.com");
+
+    let mut lookup = held.hold_next_lookup();
+    let switch_off = async {
+        // The request has read the key as on; it has not answered yet.
+        lookup.until_read().await;
+        let found = t.f.gateway.set_api_key_active(key_id, false).await;
+        assert!(found.unwrap(), "the key exists");
+        lookup.release();
+    };
+    let (in_flight, ()) = tokio::join!(t.send(&event), switch_off);
+    assert_eq!(in_flight.status, 200, "{:?}", in_flight.json_body());
+
+    // Same instant, same gateway: nothing of the stale read was kept.
+    assert_error(&t.send(&event).await, 401, "UNAUTHORIZED");
+}
+
+/// The bound across instances holds from the switch, however long the
+/// lookup that cached the key took: its entry lives from the moment the
+/// store was asked, not from the answer.
+#[tokio::test]
+async fn a_key_switched_off_elsewhere_during_a_slow_lookup_is_refused_one_ttl_after_the_switch() {
+    let held = Arc::new(HeldApiKeys::default());
+    let t = Intake::with_stores(Stores {
+        api_keys: held.clone(),
+        ..Stores::in_memory()
+    })
+    .await;
+    let ttl = t.f.gateway.config().api_key_cache_ttl;
+    let key_id = t.key_id().await;
+    let event = conversion_body("lead@example.com");
+
+    let mut lookup = held.hold_next_lookup();
+    let switch_off_elsewhere = async {
+        lookup.until_read().await;
+        // Another instance switches the key off in the store just after
+        // this request read it, and this request's lookup takes 5 s more.
+        t.f.stores
+            .api_keys
+            .set_api_key_active(key_id, false)
+            .await
+            .unwrap();
+        t.f.clock.advance(time::Duration::seconds(5));
+        lookup.release();
+    };
+    let (in_flight, ()) = tokio::join!(t.send(&event), switch_off_elsewhere);
+    assert_eq!(in_flight.status, 200, "{:?}", in_flight.json_body());
+
+    // Cached, as another instance's switch cannot reach this cache...
+    t.f.clock
+        .advance(ttl - time::Duration::seconds(5) - time::Duration::milliseconds(1));
+    assert_eq!(t.send(&event).await.status, 200, "within the time to live");
+    // ...but for no longer than the time to live after the switch.
+    t.f.clock.advance(time::Duration::milliseconds(1));
+    assert_error(&t.send(&event).await, 401, "UNAUTHORIZED");
+}
+
 #[tokio::test]
 async fn a_zero_api_key_cache_ttl_asks_the_store_every_time() {
     let f = Fixture::with_config(|config| config.api_key_cache_ttl = time::Duration::ZERO).await;

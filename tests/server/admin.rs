@@ -559,7 +559,14 @@ async fn api_keys_issued_by_the_cli_are_accepted_and_switched_by_it() {
         );
         assert_ne!(key, api_key);
         let disabled = store.admin(&["api-key", "disable", "--id", id]).json();
-        assert_eq!(disabled, json!({ "api_key_id": id, "active": false }));
+        assert_eq!(
+            disabled,
+            json!({
+                "api_key_id": id,
+                "active": false,
+                "running_servers_may_accept_it_for_up_to_seconds": 10,
+            })
+        );
         let refused = server.convert(key, &conversion()).await;
         assert_eq!(refused.status, 401, "{refused:?}");
         let enabled = store.admin(&["api-key", "enable", "--id", id]).json();

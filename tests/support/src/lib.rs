@@ -16,5 +16,5 @@ mod temp_dir;
 pub use events::conversion_body;
 pub use fixture::*;
 pub use pages::hidden;
-pub use stores::{DownStore, FlakyTokens};
+pub use stores::{DownStore, FlakyTokens, HeldApiKeys, HeldLookup};
 pub use temp_dir::TempDir;

@@ -1,5 +1,5 @@
-//! Stores that fail: one whose backend is down, one that fails a chosen
-//! operation once.
+//! Stores that misbehave on purpose: one whose backend is down, one that
+//! fails a chosen operation once, one that holds a lookup in flight.
 
 /// A backend that is down: every call fails with `StoreError::Backend`.
 pub struct DownStore;
@@ -272,5 +272,93 @@ impl conversion_gateway::TokenStore for FlakyTokens {
     ) -> Result<usize, conversion_gateway::StoreError> {
         self.trip("purge_expired")?;
         self.inner.purge_expired(cutoff, limit).await
+    }
+}
+
+/// An API key store (in memory) whose next `find_api_key`, once armed by
+/// [`HeldApiKeys::hold_next_lookup`], reads the store and then waits for the
+/// test to release it: a request in flight with what it read, for races
+/// with a switch, interleaved exactly and without sleeping.
+#[derive(Default)]
+pub struct HeldApiKeys {
+    inner: conversion_gateway::MemoryApiKeyStore,
+    armed: std::sync::Mutex<Option<Hold>>,
+}
+
+/// The store's side of a held lookup.
+struct Hold {
+    read: tokio::sync::oneshot::Sender<()>,
+    release: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// The test's side of a held lookup.
+pub struct HeldLookup {
+    read: tokio::sync::oneshot::Receiver<()>,
+    release: tokio::sync::oneshot::Sender<()>,
+}
+
+impl HeldApiKeys {
+    /// Holds the next `find_api_key` after it has read the store, until the
+    /// returned [`HeldLookup`] is released (or dropped).
+    pub fn hold_next_lookup(&self) -> HeldLookup {
+        let (read_sender, read) = tokio::sync::oneshot::channel();
+        let (release, release_receiver) = tokio::sync::oneshot::channel();
+        *self.armed.lock().unwrap() = Some(Hold {
+            read: read_sender,
+            release: release_receiver,
+        });
+        HeldLookup { read, release }
+    }
+}
+
+impl HeldLookup {
+    /// Waits until the held lookup has read the store.
+    pub async fn until_read(&mut self) {
+        (&mut self.read)
+            .await
+            .expect("the held lookup ran and read the store");
+    }
+
+    /// Lets the held lookup return what it read.
+    pub fn release(self) {
+        // The lookup may be gone (its request dropped): nothing to wake.
+        let _ = self.release.send(());
+    }
+}
+
+#[async_trait::async_trait]
+impl conversion_gateway::ApiKeyStore for HeldApiKeys {
+    async fn insert_api_key(
+        &self,
+        key: &conversion_gateway::ApiKeyRecord,
+        max_per_account: usize,
+    ) -> Result<bool, conversion_gateway::StoreError> {
+        self.inner.insert_api_key(key, max_per_account).await
+    }
+    async fn find_api_key(
+        &self,
+        hash: &conversion_gateway::SecretHash,
+    ) -> Result<Option<conversion_gateway::ApiKeyRecord>, conversion_gateway::StoreError> {
+        let found = self.inner.find_api_key(hash).await;
+        let hold = self.armed.lock().unwrap().take();
+        if let Some(Hold { read, release }) = hold {
+            let _ = read.send(());
+            // Released or dropped: either way the lookup goes on.
+            let _ = release.await;
+        }
+        found
+    }
+    async fn set_api_key_active(
+        &self,
+        id: conversion_gateway::ApiKeyId,
+        active: bool,
+    ) -> Result<bool, conversion_gateway::StoreError> {
+        self.inner.set_api_key_active(id, active).await
+    }
+    async fn list_api_keys(
+        &self,
+        account: conversion_gateway::AccountId,
+    ) -> Result<Vec<conversion_gateway::ApiKeyRecord>, conversion_gateway::StoreError> {
+        self.inner.list_api_keys(account).await
     }
 }
