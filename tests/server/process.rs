@@ -38,6 +38,8 @@ fn help_prints_the_usage_and_exits_successfully() {
         "--key-file PATH",
         "--demo-credentials PATH",
         "--header-timeout SECS",
+        "--first-byte-timeout SECS",
+        "--first-byte-timeout-under-pressure SECS",
         "--max-connections N",
         "--shutdown-timeout SECS",
         "--refresh-policy POLICY",
@@ -52,6 +54,8 @@ fn connection_flags_refuse_zero_and_anything_but_a_number() {
     for bad in [
         &["--max-connections", "0"][..],
         &["--header-timeout", "-1"],
+        &["--first-byte-timeout", "0"],
+        &["--first-byte-timeout-under-pressure", "1.5"],
         &["--shutdown-timeout", "soon"],
         &["--header-timeout"],
     ] {
