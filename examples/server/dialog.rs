@@ -107,7 +107,7 @@ impl DialogState {
 /// oversized form a JSON 413).
 ///
 /// The sign-in form throttles by client address, so the app must be served
-/// with each request's [`ConnectInfo<SocketAddr>`]: `serve.rs` inserts it, as
+/// with each request's [`ConnectInfo<SocketAddr>`]: `serve/` inserts it, as
 /// does `axum::serve` with
 /// `app.into_make_service_with_connect_info::<SocketAddr>()`. Without it, a
 /// sign-in is answered 500 rather than throttled with everyone else's.

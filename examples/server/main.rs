@@ -25,7 +25,7 @@
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
 //! | `operating.rs` | `/healthz`, `/readyz`, `/metrics` and its upkeep, request ids |
 //! | `demo.rs` | the demo app, account and API key, and their file |
-//! | `serve.rs` | the connections: header timeout, cap, shutdown deadline |
+//! | `serve/` | the connections: the accept loop, its bounds (cap and shedding of idle connections, first-byte and header timeouts, open files), shutdown deadline |
 
 mod account;
 mod admin;
@@ -100,8 +100,21 @@ Options:
   --header-timeout SECS    Disconnect a client that takes longer to send a
                            request's headers, or stays idle longer between
                            requests [default: 10]
-  --max-connections N      Connections served at once; more wait to be
-                           accepted [default: 512]
+  --first-byte-timeout SECS
+                           Close a new connection that sends nothing for
+                           this long [default: 5]
+  --first-byte-timeout-under-pressure SECS
+                           The same once more than half of --max-connections
+                           are open (at most --first-byte-timeout) [default: 1]
+  --max-connections N      Connections open at once. At the cap, the
+                           connection that has waited longest without sending
+                           a whole request is closed for a new one; a
+                           connection whose request is being answered never
+                           is. When every one is, new ones wait to be
+                           accepted. The open-files limit is raised to its
+                           hard limit at start if needed; if that is still
+                           too low, fewer are served and a warning says so
+                           [default: 16384]
   --shutdown-timeout SECS  On Ctrl-C or SIGTERM, how long the requests in
                            flight may take to finish before their connections
                            are closed [default: 30]
@@ -190,7 +203,8 @@ struct Args {
     store: StoreChoice,
     key_file: Option<PathBuf>,
     demo_credentials: Option<PathBuf>,
-    /// `--header-timeout`, `--max-connections` and `--shutdown-timeout`.
+    /// `--first-byte-timeout*`, `--header-timeout`, `--max-connections`
+    /// and `--shutdown-timeout`.
     connections: ConnectionLimits,
     /// `--refresh-policy`: the gateway's default refresh policy.
     refresh_policy: RefreshPolicy,
@@ -263,6 +277,13 @@ impl Args {
                 "--demo-credentials" => parsed.demo_credentials = Some(value()?.into()),
                 "--header-timeout" => {
                     parsed.connections.header_timeout = seconds(&flag, &value()?)?;
+                }
+                "--first-byte-timeout" => {
+                    parsed.connections.first_byte_timeout = seconds(&flag, &value()?)?;
+                }
+                "--first-byte-timeout-under-pressure" => {
+                    parsed.connections.first_byte_timeout_under_pressure =
+                        seconds(&flag, &value()?)?;
                 }
                 "--max-connections" => {
                     parsed.connections.max_connections = positive(&flag, &value()?)?;
@@ -463,7 +484,9 @@ async fn start(args: &Args) -> Result<Started, String> {
     }
     warn_if_exposed(&private_files);
 
-    let listener = TcpListener::bind(&args.listen)
+    // Before the listener, whose backlog follows the cap.
+    let connections = serve::fit_open_files(args.connections);
+    let listener = serve::listen(&args.listen, &connections)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", args.listen))?;
     let address = listener
@@ -536,6 +559,7 @@ async fn start(args: &Args) -> Result<Started, String> {
         store = %args.store,
         events = if args.events.is_some() { "nats" } else { "store" },
         rate_limits = %args.limits.describe_store(),
+        max_connections = connections.max_connections,
         "listening"
     );
     let metrics = operating::metrics_handle()?;
@@ -557,7 +581,7 @@ async fn start(args: &Args) -> Result<Started, String> {
         listener,
         dialog,
         gateway,
-        connections: args.connections,
+        connections,
         metrics,
         metrics_listener,
     })

@@ -1,7 +1,7 @@
 //! The reference server (`examples/server`): its JSON routes as the
 //! library's axum module serves them in-process (`routes`), and the server
 //! itself through its binary and command line on loopback (`dialog`,
-//! `process`, `oauth2_client`) and its operator commands (`admin`), and
+//! `process`, `connections`, `oauth2_client`) and its operator commands (`admin`), and
 //! the dialog in headless Chromium (`browser`). The binary is the one
 //! `cargo test` builds into `target/<profile>/examples/`; the internals
 //! only reachable in-process (the throttle's arithmetic, the accept loop,
@@ -11,6 +11,7 @@
 mod account;
 mod admin;
 mod browser;
+mod connections;
 mod consumer;
 mod dialog;
 mod events_nats;

@@ -1,15 +1,11 @@
 //! The example server's process through its binary and command line: where
 //! its files go, what it logs and never logs, its key file and its
-//! permission warnings, its flags, restarts on one SQLite file, the
-//! periodic purge, and its connections (header timeout, connection cap,
-//! graceful shutdown and its deadline).
+//! permission warnings, its flags, restarts on one SQLite file and the
+//! periodic purge. Its connections are `connections.rs`'s.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use conversion_gateway_testkit::TempDir;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpStream;
 
 use crate::support::{BASE_URL, DEMO_REDIRECT_URI, Launch, conversion_body, form};
 
@@ -42,6 +38,8 @@ fn help_prints_the_usage_and_exits_successfully() {
         "--key-file PATH",
         "--demo-credentials PATH",
         "--header-timeout SECS",
+        "--first-byte-timeout SECS",
+        "--first-byte-timeout-under-pressure SECS",
         "--max-connections N",
         "--shutdown-timeout SECS",
         "--refresh-policy POLICY",
@@ -56,6 +54,8 @@ fn connection_flags_refuse_zero_and_anything_but_a_number() {
     for bad in [
         &["--max-connections", "0"][..],
         &["--header-timeout", "-1"],
+        &["--first-byte-timeout", "0"],
+        &["--first-byte-timeout-under-pressure", "1.5"],
         &["--shutdown-timeout", "soon"],
         &["--header-timeout"],
     ] {
@@ -429,183 +429,4 @@ async fn the_server_purges_expired_records_at_start_and_periodically() {
     let found = store.find_code(&hash).await.unwrap();
     assert_eq!(found, CodeLookup::NotFound);
     store.close().await;
-}
-
-// --- connections ---------------------------------------------------------------------
-
-/// Sends a GET on `stream` and reads the answer's head and body.
-async fn get_on(stream: &mut TcpStream, path: &str) -> String {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    read_answer(stream).await
-}
-
-/// Reads one answer: its head, then as many body bytes as it announces.
-async fn read_answer(stream: &mut TcpStream) -> String {
-    let mut bytes = Vec::new();
-    let mut buffer = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut buffer).await.unwrap();
-        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&bytes));
-        bytes.extend_from_slice(&buffer[..n]);
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        if let Some((head, body)) = text.split_once("\r\n\r\n") {
-            let length: usize = head
-                .lines()
-                .find_map(|line| line.strip_prefix("content-length: "))
-                .map_or(0, |value| value.trim().parse().unwrap());
-            if body.len() >= length {
-                return text;
-            }
-        }
-    }
-}
-
-/// Whether the server closed `stream` (within 10 s).
-async fn closed(stream: &mut TcpStream) -> bool {
-    let mut buffer = [0u8; 64];
-    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer)).await;
-    matches!(read, Ok(Ok(0) | Err(_)))
-}
-
-/// The head of a token request whose body (`{}` padded to 64 bytes) is
-/// still to come: a request in flight for as long as the test likes.
-const HALF_A_REQUEST: &[u8] = b"POST /auth/token HTTP/1.1\r\nHost: test\r\n\
-Content-Type: application/json\r\nContent-Length: 64\r\n\r\n{";
-
-#[tokio::test]
-async fn a_client_that_trickles_its_headers_is_cut_off_at_the_header_timeout() {
-    let server = Launch::memory(&["--header-timeout", "1"]).start();
-    let timeout = Duration::from_secs(1);
-    let mut stream = TcpStream::connect(server.address).await.unwrap();
-    let started = Instant::now();
-    stream.write_all(b"GET /nope HTTP/1.1\r\n").await.unwrap();
-    // One header byte every 50 ms, for up to 10 s, until the server hangs up.
-    let header = b"X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
-    let mut answer = Vec::new();
-    let closed_after = 'trickle: {
-        for byte in header.iter().cycle().take(200) {
-            let mut buffer = [0u8; 256];
-            tokio::select! {
-                read = stream.read(&mut buffer) => match read {
-                    Ok(0) | Err(_) => break 'trickle started.elapsed(),
-                    Ok(n) => answer.extend_from_slice(&buffer[..n]),
-                },
-                () = tokio::time::sleep(Duration::from_millis(50)) => {
-                    if stream.write_all(&[*byte]).await.is_err() {
-                        break 'trickle started.elapsed();
-                    }
-                }
-            }
-        }
-        panic!("still open after {:?}", started.elapsed());
-    };
-    assert!(
-        closed_after >= timeout && closed_after < timeout + Duration::from_secs(2),
-        "closed after {closed_after:?}, the header timeout is {timeout:?}"
-    );
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(!answer.contains("404"), "{answer:?}");
-
-    // A client that sends its headers at once is served.
-    let mut stream = TcpStream::connect(server.address).await.unwrap();
-    let answer = get_on(&mut stream, "/nope").await;
-    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
-}
-
-#[tokio::test]
-async fn connections_beyond_the_cap_wait_until_one_closes() {
-    let server = Launch::memory(&["--max-connections", "2"]).start();
-    // Two connections, each served once and kept alive: both slots taken.
-    let mut first = TcpStream::connect(server.address).await.unwrap();
-    let mut second = TcpStream::connect(server.address).await.unwrap();
-    let answer = get_on(&mut first, "/nope").await;
-    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
-    let answer = get_on(&mut second, "/nope").await;
-    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
-
-    // The third is let in by the kernel's backlog, but not served.
-    let mut third = TcpStream::connect(server.address).await.unwrap();
-    third
-        .write_all(b"GET /nope HTTP/1.1\r\nHost: test\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buffer = [0u8; 64];
-    let early = tokio::time::timeout(Duration::from_millis(300), third.read(&mut buffer)).await;
-    assert!(early.is_err(), "the third connection was served: {early:?}");
-    // The second still is.
-    let answer = get_on(&mut second, "/nope").await;
-    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
-
-    // A slot frees: the third is served.
-    drop(first);
-    let answer = tokio::time::timeout(Duration::from_secs(10), read_answer(&mut third))
-        .await
-        .expect("served once a slot is free");
-    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
-}
-
-#[tokio::test]
-async fn a_shutdown_finishes_the_requests_in_flight_and_refuses_new_connections() {
-    let server = Launch::memory(&[]).start();
-    let mut busy = TcpStream::connect(server.address).await.unwrap();
-    busy.write_all(HALF_A_REQUEST).await.unwrap();
-    // An idle kept-alive connection is closed at once.
-    let mut idle = TcpStream::connect(server.address).await.unwrap();
-    assert!(get_on(&mut idle, "/nope").await.starts_with("HTTP/1.1 404"));
-    // The busy request has been read up to its body.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-
-    server.terminate();
-    server.wait_for_log("shutting down");
-    assert!(closed(&mut idle).await, "the idle connection is closed");
-    // The listener is closed: no new connection.
-    server.wait_for_log("closing the open connections");
-    let refused = TcpStream::connect(server.address).await;
-    assert!(refused.is_err(), "connected after the shutdown began");
-
-    // The request in flight is answered.
-    busy.write_all(&[b' '; 62]).await.unwrap();
-    busy.write_all(b"}").await.unwrap();
-    let answer = read_answer(&mut busy).await;
-    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    assert!(answer.contains("CANNOT_BE_NULL"), "{answer}");
-    let (status, logs) = server.wait_exit();
-    assert!(status.success(), "{status}: {logs}");
-    assert!(logs.contains("INFO server: stopped"), "{logs}");
-}
-
-#[tokio::test]
-async fn a_shutdown_closes_what_is_still_open_at_the_deadline() {
-    let server = Launch::memory(&["--shutdown-timeout", "1"]).start();
-    let mut stuck = TcpStream::connect(server.address).await.unwrap();
-    stuck.write_all(HALF_A_REQUEST).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-
-    let started = Instant::now();
-    server.terminate();
-    let (status, logs) = server.wait_exit();
-    assert!(status.success(), "{status}: {logs}");
-    assert!(
-        started.elapsed() >= Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
-    );
-    assert!(
-        logs.contains("stopped; some requests were cut off connections=1"),
-        "{logs}"
-    );
-    assert!(closed(&mut stuck).await, "the stuck connection is closed");
-}
-
-#[tokio::test]
-async fn a_sigterm_right_after_the_listening_line_is_a_graceful_shutdown() {
-    // The signal handlers are installed before the server says it
-    // listens: a SIGTERM at once must not kill the process.
-    for _ in 0..5 {
-        let server = Launch::memory(&[]).start();
-        let (status, logs) = server.stop();
-        assert!(status.success(), "{status}: {logs}");
-        assert!(logs.contains("stopped"), "{logs}");
-    }
 }
