@@ -10,15 +10,21 @@
 
 mod account;
 mod admin;
+// Needs Chromium and ChromeDriver: the second test command only.
+#[cfg(feature = "external-tests")]
 mod browser;
 mod connections;
 mod consumer;
 mod dialog;
+// Needs NATS with JetStream: the second test command only.
+#[cfg(feature = "external-tests")]
 mod events_nats;
 mod introspection;
 mod oauth2_client;
 mod operating;
 mod process;
+// A TCP proxy that cuts connections, for the NATS and PostgreSQL outages.
+#[cfg(any(feature = "external-tests", feature = "postgres"))]
 mod proxy;
 mod rate_limits;
 mod routes;

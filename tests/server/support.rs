@@ -278,8 +278,9 @@ impl Server {
         }
     }
 
-    /// Sends SIGTERM (the graceful stop), without waiting.
-    /// Kills the process at once (`SIGKILL`): a crash, no shutdown.
+    /// Kills the process at once (`SIGKILL`): a crash, no shutdown (the
+    /// NATS tests' crash of a server).
+    #[cfg(feature = "external-tests")]
     pub fn kill(&self) {
         let pid = self.child.as_ref().expect("running").id();
         let status = Command::new("kill")

@@ -2,7 +2,7 @@
 //! feed contract, acknowledgement, idempotency by message id, batches as
 //! one message, and outages answered fast. Each test uses a stream of its
 //! own, deleted at the end.
-#![cfg(feature = "nats")]
+#![cfg(all(feature = "nats", feature = "external-tests"))]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
