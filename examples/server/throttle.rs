@@ -188,8 +188,10 @@ impl LoginThrottle {
             .filter(|key| !state.windows.contains_key(key))
             .count();
         if state.windows.len() + needed > limits.max_tracked {
+            // Room for all three: making room may drop one of this
+            // attempt's own keys (unlocked), which it then counts again.
             state
-                .make_room(now, limits, needed)
+                .make_room(now, limits, keys.len())
                 .map_err(|until| Throttled::until(until, now))?;
         }
         let counted = std::array::from_fn(|i| {
