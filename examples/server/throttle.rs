@@ -683,6 +683,23 @@ mod tests {
     }
 
     #[test]
+    fn an_attempt_never_takes_the_counters_past_the_cap() {
+        let throttle = LoginThrottle::new(ThrottleLimits {
+            per_address: 5,
+            ..one_strike(6)
+        });
+        // Two locked pairs and accounts; the two addresses are not locked.
+        fail(&throttle, "a@example.com", address(1), 1_000, 1);
+        fail(&throttle, "b@example.com", address(2), 1_000, 1);
+        // c needs two new keys and holds its address's, the only ones that
+        // can go: with both addresses gone, four locks leave room for two
+        // keys, not three.
+        let refused = throttle.admit("c@example.com", address(1), 1_000);
+        assert_eq!(refused.unwrap_err(), Throttled { retry_after: 900 });
+        assert!(throttle.tracked() <= 6, "{} keys", throttle.tracked());
+    }
+
+    #[test]
     fn an_attempt_with_a_locked_key_is_told_its_own_lock_not_the_full_map() {
         // A full map and a locked key of this attempt: the lock answers,
         // with its own window's end, not the map's.
