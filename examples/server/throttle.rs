@@ -624,8 +624,11 @@ mod tests {
 
     #[test]
     fn ended_windows_are_forgotten_before_any_open_one() {
-        let throttle = LoginThrottle::new(one_strike(12));
-        // Six locks whose window ends at 900, six whose ends at 1,400.
+        let throttle = LoginThrottle::new(ThrottleLimits {
+            max_tracked: 12,
+            ..limits()
+        });
+        // Six keys whose window ends at 900, six whose ends at 1,400.
         fail(&throttle, "a@example.com", address(1), 0, 1);
         fail(&throttle, "b@example.com", address(2), 0, 1);
         fail(&throttle, "c@example.com", address(3), 500, 1);
@@ -633,7 +636,40 @@ mod tests {
         // The ended six go, and nothing else needs to.
         fail(&throttle, "e@example.com", address(5), 950, 1);
         assert_eq!(throttle.tracked(), 9);
-        assert!(throttle.admit("c@example.com", OTHER, 950).is_err());
+        fail(&throttle, "c@example.com", address(3), 950, 4);
+        assert!(throttle.admit("c@example.com", address(3), 950).is_err());
+    }
+
+    #[test]
+    fn past_the_cap_exactly_the_excess_goes_among_equal_counts() {
+        let throttle = LoginThrottle::new(ThrottleLimits {
+            max_tracked: 24,
+            ..limits()
+        });
+        // 3 keys of one failure, 21 of two: full.
+        fail(&throttle, "a@example.com", address(1), 1_000, 1);
+        for n in 2..9 {
+            fail(
+                &throttle,
+                &format!("u{n}@example.com"),
+                address(n),
+                1_000,
+                2,
+            );
+        }
+        assert_eq!(throttle.tracked(), 24);
+        // Down to 18: the three of one failure, then three of the 21.
+        fail(&throttle, "new@example.com", address(99), 1_000, 1);
+        assert_eq!(throttle.tracked(), 18 + 3);
+    }
+
+    #[test]
+    fn a_window_that_ended_starts_over_at_the_next_failure() {
+        let throttle = LoginThrottle::new(limits());
+        fail(&throttle, "ana@example.com", ADDRESS, 1_000, 5);
+        fail(&throttle, "ana@example.com", ADDRESS, 1_900, 5);
+        let refused = throttle.admit("ana@example.com", ADDRESS, 1_900);
+        assert_eq!(refused.unwrap_err(), Throttled { retry_after: 900 });
     }
 
     #[test]
