@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher as _, BuildHasherDefault, Hasher, RandomState};
+use std::hash::{BuildHasher as _, RandomState};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -70,33 +70,12 @@ impl Window {
     }
 }
 
-/// The map's own hasher over keys that are already keyed hashes: the
-/// `u64` itself.
-#[derive(Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used (the map's keys are `u64`); folding the
-        // bytes in keeps this a valid hasher for anything else.
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
 /// The counters, and when to next drop the ended ones.
 #[derive(Default)]
 struct Counters {
-    windows: HashMap<u64, Window, BuildHasherDefault<PassThrough>>,
+    /// Each counter's window by the keyed hash of its key (which the map
+    /// hashes again with its own keys: 20 ns, not worth a hasher of ours).
+    windows: HashMap<u64, Window>,
     /// The map's size after the last sweep of ended windows: the next sweep
     /// comes when it has doubled, so a flood of distinct keys (a script
     /// trying a new e-mail each time) costs memory for live windows only,
@@ -181,6 +160,12 @@ impl MemoryRateLimiter {
     /// Whether it holds no counter.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many counters its table has room for without growing.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.lock().windows.capacity()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Counters> {
@@ -471,15 +456,79 @@ mod tests {
     async fn ended_windows_go_before_any_open_one() {
         let limiter = MemoryRateLimiter::with_max_tracked(16);
         for n in 0..8 {
-            admit(&limiter, &format!("old{n}"), 1, 1, NOW).await;
+            admit(&limiter, &format!("old{n}"), 10, 1, NOW).await;
         }
         let later = NOW + Duration::seconds(45);
         for n in 0..8 {
-            admit(&limiter, &format!("new{n}"), 1, 1, later).await;
+            admit(&limiter, &format!("new{n}"), 10, 2, later).await;
         }
         // At one minute the old eight have ended: they alone go.
-        admit(&limiter, "last", 1, 1, NOW + Duration::minutes(1)).await;
+        admit(&limiter, "last", 10, 1, NOW + Duration::minutes(1)).await;
         assert_eq!(limiter.len(), 9);
+        let kept = limiter.charge(&[charge("new0", 10, 9)], later).await;
+        assert!(
+            matches!(kept, Ok(Admission::Refused { used: 2, .. })),
+            "{kept:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_exactly_the_excess_goes_among_equal_counts() {
+        // The cap is 16, three quarters 12: one more counter takes 4 out,
+        // those of one unit first, then as many of two as make up 4.
+        for (ones, twos) in [(3, 13), (5, 11)] {
+            let limiter = MemoryRateLimiter::with_max_tracked(16);
+            for n in 0..ones {
+                admit(&limiter, &format!("one{n}"), 10, 1, NOW).await;
+            }
+            for n in 0..twos {
+                admit(&limiter, &format!("two{n}"), 10, 2, NOW).await;
+            }
+            admit(&limiter, "new", 10, 1, NOW).await;
+            assert_eq!(limiter.len(), 12 + 1, "{ones} of 1, {twos} of 2");
+            let counters = limiter.lock();
+            let twos_left = (0..twos)
+                .filter(|n| {
+                    counters
+                        .windows
+                        .contains_key(&limiter.key(&format!("two{n}")))
+                })
+                .count();
+            assert_eq!(twos_left, twos.min(12), "{ones} of 1, {twos} of 2");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_of_many_new_counters_makes_room_for_all_of_them() {
+        let limiter = MemoryRateLimiter::with_max_tracked(16);
+        for n in 0..12 {
+            admit(&limiter, &format!("old{n}"), 10, 1, NOW).await;
+        }
+        let many: Vec<Charge> = (0..6).map(|n| charge(&format!("new{n}"), 10, 1)).collect();
+        assert_eq!(
+            limiter.charge(&many, NOW).await.unwrap(),
+            Admission::Admitted
+        );
+        assert_eq!(limiter.len(), 16);
+    }
+
+    #[tokio::test]
+    async fn past_65_536_counters_the_table_grows_to_the_whole_cap_at_once() {
+        let limiter = MemoryRateLimiter::new();
+        assert!(limiter.is_empty());
+        admit(&limiter, "lead", 120, 1, NOW).await;
+        assert!(!limiter.is_empty());
+        assert!(limiter.capacity() < 1_000, "{}", limiter.capacity());
+        for n in 0..60_000 {
+            admit(&limiter, &format!("lead{n}"), 120, 1, NOW).await;
+        }
+        let doubled = limiter.capacity();
+        assert!(doubled < 200_000, "{doubled}");
+        for n in 60_000..120_000 {
+            admit(&limiter, &format!("lead{n}"), 120, 1, NOW).await;
+        }
+        let whole = limiter.capacity();
+        assert!(whole >= 1_000_000, "{whole}");
     }
 
     #[tokio::test]
@@ -500,6 +549,20 @@ mod tests {
         assert!(
             matches!(own, Ok(Admission::Refused { used: 1, .. })),
             "{own:?}"
+        );
+        // The refusal names the first charge that would need a counter.
+        let both = [charge("full15", 1, 0), charge("new", 1, 1)];
+        let refused = limiter.charge(&both, NOW).await;
+        assert!(
+            matches!(
+                refused,
+                Ok(Admission::Refused {
+                    index: 1,
+                    used: 0,
+                    ..
+                })
+            ),
+            "{refused:?}"
         );
         // A new key would go uncounted: refused until the first window
         // (opened at NOW) ends.
