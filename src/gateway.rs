@@ -113,7 +113,12 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway over `stores`, hashing secrets with `hasher`, on the system
     /// clock and the operating system's random source.
+    ///
+    /// Registers every `cg_` series of the installed `metrics` recorder at
+    /// zero (see the metrics table in the crate docs): install the recorder
+    /// first.
     pub fn new(config: GatewayConfig, stores: Stores, hasher: SecretHasher) -> Self {
+        crate::metrics::register();
         Self {
             stores,
             api_key_cache: ApiKeyCache::new(config.api_key_cache_ttl),

@@ -16,8 +16,90 @@
 //!
 //! Every label value is one of a fixed few: no label ever carries a
 //! secret, an e-mail, an account or a key.
+//!
+//! Every series is registered at zero when a [`crate::Gateway`] is built
+//! (the group-commit ones when their store opens), so `/metrics` lists them
+//! before the first request and an alert on a missing series does not fire
+//! at every start (Prometheus' instrumentation guidance: initialise the
+//! series you know of). Install the recorder before building the gateway.
 
 use std::time::Instant;
+
+/// The endpoints of `cg_requests_total`.
+const ENDPOINTS: [&str; 6] = [
+    "token",
+    "revoke",
+    "introspect",
+    "conversion",
+    "event",
+    "batch",
+];
+
+/// The endpoints of `cg_events_recorded_total`.
+const EVENT_ENDPOINTS: [&str; 3] = ["conversion", "event", "batch"];
+
+/// Every outcome of `cg_requests_total`.
+const OUTCOMES: [Outcome; 5] = [
+    Outcome::Accepted,
+    Outcome::RefusedValidation,
+    Outcome::RefusedAuthentication,
+    Outcome::RefusedLimit,
+    Outcome::Unavailable,
+];
+
+/// The grant types of `cg_tokens_issued_total`.
+const GRANT_TYPES: [&str; 2] = ["authorization_code", "refresh_token"];
+
+/// The outcomes of `cg_token_refreshes_total`.
+const REFRESH_OUTCOMES: [&str; 4] = ["rotated", "kept", "grace_replay", "reuse_detected"];
+
+/// The `(store, operation)` pairs of `cg_store_operation_seconds`.
+const STORE_OPERATIONS: [(&str, &str); 7] = [
+    ("events", "record"),
+    ("api_keys", "find_api_key"),
+    ("clients", "find_client"),
+    ("tokens", "find_access_token"),
+    ("tokens", "find_refresh_token"),
+    ("tokens", "redeem_code"),
+    ("tokens", "rotate_refresh_token"),
+];
+
+/// Registers every series of the table above but the group-commit ones at
+/// zero, with each of its label values. Registering an existing series
+/// leaves its value alone.
+pub(crate) fn register() {
+    for endpoint in ENDPOINTS {
+        for outcome in OUTCOMES {
+            metrics::counter!("cg_requests_total", "endpoint" => endpoint, "outcome" => outcome.label())
+                .increment(0);
+        }
+    }
+    for endpoint in EVENT_ENDPOINTS {
+        metrics::counter!("cg_events_recorded_total", "endpoint" => endpoint).increment(0);
+    }
+    let _ = metrics::histogram!("cg_event_batch_size");
+    for (store, operation) in STORE_OPERATIONS {
+        let _ = metrics::histogram!(
+            "cg_store_operation_seconds",
+            "store" => store,
+            "operation" => operation
+        );
+    }
+    for grant_type in GRANT_TYPES {
+        metrics::counter!("cg_tokens_issued_total", "grant_type" => grant_type).increment(0);
+    }
+    for outcome in REFRESH_OUTCOMES {
+        metrics::counter!("cg_token_refreshes_total", "outcome" => outcome).increment(0);
+    }
+    metrics::counter!("cg_revocations_total").increment(0);
+}
+
+/// Registers the group-commit series of `store` at zero, when it opens.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn register_group_commit(store: &'static str) {
+    let _ = metrics::histogram!("cg_group_commit_size", "store" => store);
+    metrics::gauge!("cg_group_commit_queue_depth", "store" => store).set(0.0);
+}
 
 /// How a request ended, for `cg_requests_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,12 +130,17 @@ impl Outcome {
 
 /// Counts a request of `endpoint` that ended as `outcome`.
 pub(crate) fn request(endpoint: &'static str, outcome: Outcome) {
+    debug_assert!(ENDPOINTS.contains(&endpoint), "unregistered {endpoint}");
     metrics::counter!("cg_requests_total", "endpoint" => endpoint, "outcome" => outcome.label())
         .increment(1);
 }
 
 /// Counts `count` events recorded through `endpoint`.
 pub(crate) fn events_recorded(endpoint: &'static str, count: usize, batch: bool) {
+    debug_assert!(
+        EVENT_ENDPOINTS.contains(&endpoint),
+        "unregistered {endpoint}"
+    );
     metrics::counter!("cg_events_recorded_total", "endpoint" => endpoint)
         .increment(u64::try_from(count).unwrap_or(u64::MAX));
     if batch {
@@ -71,6 +158,10 @@ pub(crate) struct StoreTimer {
 
 /// Starts timing `operation` of `store` (`events`, `tokens`, ...).
 pub(crate) fn store_operation(store: &'static str, operation: &'static str) -> StoreTimer {
+    debug_assert!(
+        STORE_OPERATIONS.contains(&(store, operation)),
+        "unregistered {store}/{operation}"
+    );
     StoreTimer {
         store,
         operation,
@@ -103,11 +194,19 @@ pub(crate) fn group_commit(store: &'static str, size: usize, queued: usize) {
 
 /// Counts a token response of `grant_type`.
 pub(crate) fn token_issued(grant_type: &'static str) {
+    debug_assert!(
+        GRANT_TYPES.contains(&grant_type),
+        "unregistered {grant_type}"
+    );
     metrics::counter!("cg_tokens_issued_total", "grant_type" => grant_type).increment(1);
 }
 
 /// Counts a refresh that ended as `outcome`.
 pub(crate) fn refresh(outcome: &'static str) {
+    debug_assert!(
+        REFRESH_OUTCOMES.contains(&outcome),
+        "unregistered {outcome}"
+    );
     metrics::counter!("cg_token_refreshes_total", "outcome" => outcome).increment(1);
 }
 

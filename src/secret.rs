@@ -265,7 +265,11 @@ impl SecretHasher {
         SecretHash(self.mac(kind.hash_label(), secret.as_bytes()))
     }
 
-    fn mac(&self, label: &[u8], data: &[u8]) -> [u8; 32] {
+    /// HMAC-SHA256 of `label` then `data` under the server key: a keyed
+    /// hash for data that is not a secret but must not be reversible by a
+    /// dictionary (a lead's e-mail in the rate limiter's keys). `label`
+    /// ends with `\0` and differs from every secret kind's.
+    pub(crate) fn mac(&self, label: &[u8], data: &[u8]) -> [u8; 32] {
         let mut mac = self.mac.clone();
         mac.update(label);
         mac.update(data);

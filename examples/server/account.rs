@@ -20,7 +20,7 @@
 use std::net::SocketAddr;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, State};
 use axum::http::header::{self, HeaderMap};
 use axum::http::{HeaderValue, StatusCode};
@@ -43,7 +43,9 @@ pub const APPS_PATH: &str = "/account/apps";
 /// The path of the account pages' cookies.
 const COOKIE_PATH: &str = "/account";
 
-/// The largest form this page takes: a few short fields.
+/// The largest form this page takes: a few short fields. Applied while the
+/// body is read: a larger one is answered 413 when its `Content-Length`
+/// says so, or as soon as more has come, never buffered whole.
 const FORM_LIMIT: usize = 4 * 1024;
 
 /// `GET` and `POST /account/apps`, on the dialog's state.
@@ -107,7 +109,7 @@ async fn apps_form(
     State(app): State<DialogState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let is_form = headers
         .get(header::CONTENT_TYPE)
@@ -118,13 +120,17 @@ async fn apps_form(
                 .trim()
                 .eq_ignore_ascii_case("application/x-www-form-urlencoded")
         });
-    if !is_form || body.len() > FORM_LIMIT {
+    if !is_form {
         return message_page(
             415,
             "Unsupported form",
             "This page only accepts its own forms.",
         );
     }
+    let body = match read_form(&headers, body).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
     let form = AppsForm::parse(&body);
     match form.action.as_str() {
         "login" => {
@@ -171,6 +177,39 @@ async fn apps_form(
         }
         _ => message_page(400, "Unknown form", "This form is not one of this page's."),
     }
+}
+
+/// The body of a form, at most [`FORM_LIMIT`] bytes, read no further than
+/// that: axum's `Bytes` would buffer up to 2 MB first, and 512 such
+/// requests held 1 GiB.
+///
+/// # Errors
+/// The page to answer: 413 for a larger body, 400 for one that could not
+/// be read.
+async fn read_form(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    let too_large = || {
+        message_page(
+            413,
+            "Form too large",
+            "This form is larger than any of this page's.",
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > FORM_LIMIT as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, FORM_LIMIT)
+        .await
+        .map_err(|error| {
+            if error.into_inner().is::<http_body_util::LengthLimitError>() {
+                too_large()
+            } else {
+                message_page(400, "Unreadable form", "This form could not be read.")
+            }
+        })
 }
 
 /// The list of connected applications, each with a disconnect button.

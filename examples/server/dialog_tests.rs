@@ -20,6 +20,7 @@ use crate::demo::{DEMO_REDIRECT_URI, DemoCredentials, seed_demo};
 use crate::dialog::{DialogState, LoginLimits};
 use crate::key_file::ServerKey;
 use crate::passwords::{HashingLimit, Passwords};
+use crate::throttle::ThrottleLimits;
 
 /// The address requests come from unless a test says otherwise (TEST-NET-1).
 const PEER: &str = "192.0.2.1:50000";
@@ -252,6 +253,79 @@ async fn unknown_emails_are_throttled_by_address() {
         .try_sign_in(Some(PEER), "nobody21@example.com", "guess")
         .await;
     assert_eq!(reply.status, 400, "{}", reply.text());
+}
+
+#[tokio::test]
+async fn a_locked_account_stays_locked_through_a_flood_of_other_sign_ins() {
+    let server = Server::with_limits(LoginLimits {
+        throttle: ThrottleLimits {
+            max_tracked: 60,
+            ..ThrottleLimits::default()
+        },
+        ..LoginLimits::recommended()
+    })
+    .await;
+    let email = server.demo.email.clone();
+    for host in 1..=4 {
+        for _ in 0..5 {
+            let address = format!("203.0.113.{host}:40000");
+            let reply = server.try_sign_in(Some(&address), &email, "wrong").await;
+            assert_eq!(reply.status, 400, "{}", reply.text());
+        }
+    }
+    // 100 failed sign-ins for other e-mails from other addresses: 300
+    // keys through counters that hold 60.
+    for n in 0..100 {
+        let address = format!("10.0.{}.{}:40000", n / 250, n % 250 + 1);
+        let reply = server
+            .try_sign_in(Some(&address), &format!("x{n}@example.com"), "guess")
+            .await;
+        assert_eq!(reply.status, 400, "flood {n}: {}", reply.text());
+    }
+    server.clock.advance(time::Duration::minutes(5));
+    let owner = server
+        .try_sign_in(Some("198.51.100.7:41000"), &email, &server.demo.password)
+        .await;
+    assert_refused_sign_in(&owner, 429, "600", "try again in 10 minutes");
+    server.clock.advance(time::Duration::minutes(10));
+    let owner = server
+        .try_sign_in(Some("198.51.100.7:41000"), &email, &server.demo.password)
+        .await;
+    assert_eq!(owner.status, 303, "{}", owner.text());
+}
+
+#[tokio::test]
+async fn a_sign_in_that_finds_every_counter_locked_is_refused_with_retry_after() {
+    let server = Server::with_limits(LoginLimits {
+        throttle: ThrottleLimits {
+            per_account_and_address: 1,
+            per_account: 1,
+            per_address: 1,
+            max_tracked: 6,
+            ..ThrottleLimits::default()
+        },
+        ..LoginLimits::recommended()
+    })
+    .await;
+    for (email, address) in [
+        ("a@example.com", "203.0.113.1:40000"),
+        ("b@example.com", "203.0.113.2:40000"),
+    ] {
+        let reply = server.try_sign_in(Some(address), email, "guess").await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+    }
+    server.clock.advance(time::Duration::minutes(1));
+    // Its keys are new and every one held is locked: refused before the
+    // store and Argon2, like a locked account, until the first lock ends.
+    let reply = server
+        .try_sign_in(Some(PEER), &server.demo.email, &server.demo.password)
+        .await;
+    assert_refused_sign_in(&reply, 429, "840", "try again in 14 minutes");
+    server.clock.advance(time::Duration::minutes(14));
+    let reply = server
+        .try_sign_in(Some(PEER), &server.demo.email, &server.demo.password)
+        .await;
+    assert_eq!(reply.status, 303, "{}", reply.text());
 }
 
 /// A server whose password checks take turns on one slot, which the test

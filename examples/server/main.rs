@@ -472,6 +472,9 @@ struct Started {
 /// Opens the store, reads the key, binds the listener, seeds the demo data
 /// and writes its credentials file, and warns about exposed files.
 async fn start(args: &Args) -> Result<Started, String> {
+    // The recorder before the store and the gateway, which register their
+    // series at zero: /metrics lists them all before the first request.
+    let metrics = operating::metrics_handle()?;
     // The store first: a key file is only created for a store that opens.
     let store = OpenStore::open(&args.store).await?;
     let (key, key_path) = server_key(args)?;
@@ -562,7 +565,6 @@ async fn start(args: &Args) -> Result<Started, String> {
         max_connections = connections.max_connections,
         "listening"
     );
-    let metrics = operating::metrics_handle()?;
     let metrics_listener = match &args.metrics_listen {
         Some(address) => {
             let listener = TcpListener::bind(address)

@@ -17,6 +17,18 @@
 //! below the account limit, one address alone cannot lock an account for
 //! its owner elsewhere; that needs four addresses, each locked itself.
 //!
+//! The counters hold at most [`ThrottleLimits::max_tracked`] keys. A key at
+//! its limit (locked) is never forgotten before its window ends: otherwise a
+//! flood of failed sign-ins with other e-mails from other addresses would
+//! erase the lock of the account under attack and buy it another 20
+//! guesses. Past the cap, ended windows go first, then open windows that
+//! are not locked, those with the fewest failures first (forgetting a
+//! window of `n` failures grants its key at most `n` more). When every key
+//! is locked, an attempt that needs a new key is refused like a locked one,
+//! with the seconds until the first lock ends: never admitted uncounted.
+//! An attempt that is never checked (the service was busy) leaves no key
+//! behind, so a flood of them fills nothing.
+//!
 //! Everything here is pure decision logic over `now` (Unix seconds): the
 //! caller reads the clock.
 
@@ -38,6 +50,8 @@ pub struct ThrottleLimits {
     /// Failures from one address, for every e-mail, in a window.
     pub per_address: u32,
     /// The most keys remembered at once; each one costs about 40 bytes.
+    /// Locked keys are kept until their window ends even past it: then
+    /// attempts that need a new key are refused.
     pub max_tracked: usize,
 }
 
@@ -62,7 +76,9 @@ impl Default for ThrottleLimits {
     }
 }
 
-/// The answer to an attempt that may not be checked now.
+/// The answer to an attempt that may not be checked now: one of its keys
+/// is locked, or every key the counters can hold is locked and it needs a
+/// new one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Throttled {
     /// Seconds until the attempt would be admitted (at least 1).
@@ -95,6 +111,8 @@ pub enum Outcome {
 struct Window {
     started: i64,
     failures: u32,
+    /// Which limit applies (fits in the padding: still 16 bytes).
+    kind: Kind,
 }
 
 /// The failed-sign-in counters of one server.
@@ -109,10 +127,15 @@ pub struct LoginThrottle {
 #[derive(Debug)]
 struct State {
     windows: HashMap<u64, Window>,
+    /// Until when no key can be dropped: the counters were found full of
+    /// locked windows, the first of which ends then. Until that second, an
+    /// attempt that needs a new key is refused without another pass over
+    /// the map.
+    full_until: i64,
 }
 
 /// The kinds of key, hashed first so that no two kinds share a key.
-#[derive(Clone, Copy, Hash)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 enum Kind {
     AccountAndAddress,
     Account,
@@ -131,13 +154,15 @@ impl LoginThrottle {
             hasher: RandomState::new(),
             state: Mutex::new(State {
                 windows: HashMap::new(),
+                full_until: i64::MIN,
             }),
         }
     }
 
     /// Admits a sign-in of `email` from `address` at `now` and counts it as
-    /// a failure until it is [settled](Self::settle), or refuses it, counting nothing, while one of its keys is
-    /// at its limit.
+    /// a failure until it is [settled](Self::settle), or refuses it,
+    /// counting nothing, while one of its keys is at its limit, or when it
+    /// needs a new key and every key the counters can hold is at its limit.
     ///
     /// Counting before the password is checked means that concurrent
     /// attempts cannot all slip in under the limit.
@@ -146,36 +171,39 @@ impl LoginThrottle {
     /// [`Throttled`], with the seconds until the attempt would be admitted.
     pub fn admit(&self, email: &str, address: IpAddr, now: i64) -> Result<Attempt, Throttled> {
         let keys = self.keys(email, address);
-        let limits = [
-            self.limits.per_account_and_address,
-            self.limits.per_account,
-            self.limits.per_address,
-        ];
         let mut state = self.lock();
-        let window = self.limits.window_seconds;
+        let limits = &self.limits;
+        let window = limits.window_seconds;
         let locked_until = keys
             .iter()
-            .zip(limits)
-            .filter_map(|(key, limit)| state.windows.get(key).map(|w| (w, limit)))
-            .filter(|(w, limit)| now < w.started + window && w.failures >= *limit)
-            .map(|(w, _)| w.started + window)
+            .filter_map(|key| state.windows.get(key))
+            .filter(|w| w.is_locked(now, limits))
+            .map(|w| w.started + window)
             .max();
         if let Some(until) = locked_until {
-            return Err(Throttled {
-                retry_after: u64::try_from(until - now).unwrap_or(1).max(1),
-            });
+            return Err(Throttled::until(until, now));
         }
-        state.make_room(now, window, self.limits.max_tracked, keys.len());
-        let counted = keys.map(|key| {
-            let entry = state.windows.entry(key).or_insert(Window {
+        let needed = keys
+            .iter()
+            .filter(|key| !state.windows.contains_key(key))
+            .count();
+        if state.windows.len() + needed > limits.max_tracked {
+            // Room for all three: making room may drop one of this
+            // attempt's own keys (unlocked), which it then counts again.
+            state
+                .make_room(now, limits, keys.len())
+                .map_err(|until| Throttled::until(until, now))?;
+        }
+        let counted = std::array::from_fn(|i| {
+            let (key, kind) = (keys[i], KINDS[i]);
+            let fresh = Window {
                 started: now,
                 failures: 0,
-            });
+                kind,
+            };
+            let entry = state.windows.entry(key).or_insert(fresh);
             if now >= entry.started + window {
-                *entry = Window {
-                    started: now,
-                    failures: 0,
-                };
+                *entry = fresh;
             }
             entry.failures += 1;
             (key, entry.started)
@@ -189,7 +217,8 @@ impl LoginThrottle {
     /// attempt no longer counts against the account or the address; their
     /// counters are not cleared, or an attacker who owns one account could
     /// clear their address's counter by signing in to it between guesses.
-    /// An attempt whose password was never checked does not count.
+    /// An attempt whose password was never checked does not count, and a
+    /// key it alone had counted is forgotten.
     pub fn settle(&self, attempt: Attempt, outcome: Outcome) {
         let mut state = self.lock();
         let [(pair, started), rest @ ..] = attempt.counted;
@@ -240,6 +269,42 @@ impl LoginThrottle {
     }
 }
 
+/// The kinds of the three keys of [`LoginThrottle::keys`], in their order.
+const KINDS: [Kind; 3] = [Kind::AccountAndAddress, Kind::Account, Kind::Address];
+
+impl Throttled {
+    /// Refused until `until`: at least a second from `now`.
+    fn until(until: i64, now: i64) -> Self {
+        Self {
+            retry_after: u64::try_from(until - now).unwrap_or(1).max(1),
+        }
+    }
+}
+
+impl ThrottleLimits {
+    /// The failures a key of `kind` may have in a window.
+    fn of(&self, kind: Kind) -> u32 {
+        match kind {
+            Kind::AccountAndAddress => self.per_account_and_address,
+            Kind::Account => self.per_account,
+            Kind::Address => self.per_address,
+        }
+    }
+}
+
+impl Window {
+    /// Whether the window is still open at `now`.
+    fn is_open(&self, now: i64, limits: &ThrottleLimits) -> bool {
+        now < self.started + limits.window_seconds
+    }
+
+    /// Whether the window is open and at its key's limit: its key is
+    /// refused until the window ends.
+    fn is_locked(&self, now: i64, limits: &ThrottleLimits) -> bool {
+        self.is_open(now, limits) && self.failures >= limits.of(self.kind)
+    }
+}
+
 /// The block of addresses one client controls: an IPv4 address, or an IPv6
 /// /64 (RFC 6177: a site gets at least a /64, so one client can change
 /// addresses within it at will). IPv4-mapped IPv6 addresses are IPv4.
@@ -261,38 +326,85 @@ fn address_block(address: IpAddr) -> [u8; 16] {
 
 impl State {
     /// Takes one failure back from each key still in the window it was
-    /// counted in.
+    /// counted in, and forgets a key left with none: an attempt that was
+    /// not checked leaves no key behind.
     fn uncount(&mut self, counted: &[(u64, i64)]) {
         for (key, started) in counted {
             if let Some(window) = self.windows.get_mut(key)
                 && window.started == *started
             {
                 window.failures = window.failures.saturating_sub(1);
+                if window.failures == 0 {
+                    self.windows.remove(key);
+                }
             }
         }
     }
 
-    /// Makes room for `needed` new keys under `max`: first forgets every
-    /// closed window; if the counters are still more than three quarters
-    /// full, forgets the oldest windows (the nearest to closing anyway) down
-    /// to three quarters. Each pass over the map frees at least a quarter of
-    /// it, so the cost per attempt stays constant on average.
-    fn make_room(&mut self, now: i64, window: i64, max: usize, needed: usize) {
+    /// Makes room for `needed` new keys under `limits.max_tracked`, never
+    /// by forgetting a locked window. First forgets every ended window;
+    /// if the counters are still more than three quarters full, forgets
+    /// open windows that are not locked, the fewest failures first, down to
+    /// three quarters. Each pass frees a quarter of the map unless locked
+    /// windows fill it, so the cost per attempt stays constant on average.
+    ///
+    /// # Errors
+    /// When only locked windows are left and there is still no room: the
+    /// second the first of them ends.
+    fn make_room(&mut self, now: i64, limits: &ThrottleLimits, needed: usize) -> Result<(), i64> {
+        let max = limits.max_tracked;
+        if now < self.full_until {
+            return Err(self.full_until);
+        }
+        self.windows.retain(|_, w| w.is_open(now, limits));
+        // Down to three quarters, and at least to room for `needed` (a cap
+        // of a few keys has no room at three quarters).
+        let len = self.windows.len();
+        let excess = len
+            .saturating_sub(max / 4 * 3)
+            .max((len + needed).saturating_sub(max));
+        if excess > 0 {
+            let mut unlocked: Vec<u32> = self
+                .windows
+                .values()
+                .filter(|w| !w.is_locked(now, limits))
+                .map(|w| w.failures)
+                .collect();
+            if unlocked.len() <= excess {
+                self.windows.retain(|_, w| w.is_locked(now, limits));
+            } else {
+                let (_, cutoff, _) = unlocked.select_nth_unstable(excess - 1);
+                let cutoff = *cutoff;
+                // Every unlocked window below the cutoff goes, and as many
+                // at the cutoff as make up the excess.
+                let below = unlocked.iter().filter(|&&f| f < cutoff).count();
+                let mut at_cutoff = excess - below;
+                self.windows.retain(|_, w| {
+                    if w.is_locked(now, limits) || w.failures > cutoff {
+                        return true;
+                    }
+                    if w.failures < cutoff {
+                        return false;
+                    }
+                    if at_cutoff > 0 {
+                        at_cutoff -= 1;
+                        return false;
+                    }
+                    true
+                });
+            }
+        }
         if self.windows.len() + needed <= max {
-            return;
+            return Ok(());
         }
-        self.windows.retain(|_, w| now < w.started + window);
-        let target = max / 4 * 3;
-        if self.windows.len() <= target {
-            return;
-        }
-        let mut starts: Vec<i64> = self.windows.values().map(|w| w.started).collect();
-        let excess = self.windows.len() - target;
-        let (_, cutoff, _) = starts.select_nth_unstable(excess - 1);
-        let cutoff = *cutoff;
-        // Windows that opened in the same second as the cutoff may go too:
-        // forgetting a little more than needed is harmless.
-        self.windows.retain(|_, w| w.started > cutoff);
+        // Only locked windows are left: no room until the first one ends.
+        self.full_until = self
+            .windows
+            .values()
+            .map(|w| w.started + limits.window_seconds)
+            .min()
+            .unwrap_or(now + 1);
+        Err(self.full_until)
     }
 }
 
@@ -429,39 +541,256 @@ mod tests {
         assert!(throttle.admit("bo@example.com", mapped, 1_000).is_err());
     }
 
+    /// Limits under which every failure locks its three keys.
+    fn one_strike(max_tracked: usize) -> ThrottleLimits {
+        ThrottleLimits {
+            per_account_and_address: 1,
+            per_account: 1,
+            per_address: 1,
+            max_tracked,
+            ..limits()
+        }
+    }
+
+    /// The `n`th of many client addresses.
+    fn address(n: u32) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n))
+    }
+
     #[test]
-    fn memory_is_bounded_and_closed_windows_are_forgotten_first() {
+    fn a_locked_account_stays_locked_through_a_flood_past_the_cap() {
         let throttle = LoginThrottle::new(ThrottleLimits {
             max_tracked: 400,
             ..limits()
         });
-        // A locked pair, then a flood of other e-mails from other addresses
-        // within the same window.
-        fail(&throttle, "ana@example.com", ADDRESS, 1_000, 5);
+        // The attack: lock the account (4 addresses, 5 failures each), then
+        // flood failed sign-ins with other e-mails from other addresses,
+        // hoping the lock is forgotten to make room.
+        for host in 0..4 {
+            let address = IpAddr::V4(Ipv4Addr::new(203, 0, 113, host));
+            fail(&throttle, "ana@example.com", address, 1_000, 5);
+        }
+        fail(&throttle, "bo@example.com", ADDRESS, 1_000, 5);
         for n in 0..10_000u32 {
-            let address = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
             let now = 1_001 + i64::from(n / 100);
-            let _ = throttle.admit(&format!("x{n}@example.com"), address, now);
+            let flood = throttle.admit(&format!("x{n}@example.com"), address(n), now);
+            assert!(flood.is_ok(), "flood attempt {n}: {flood:?}");
             assert!(throttle.tracked() <= 400, "{} keys", throttle.tracked());
         }
-        // The price of the bound: the oldest counters were forgotten first.
-        assert!(throttle.admit("ana@example.com", ADDRESS, 1_200).is_ok());
+        let owner = throttle.admit("ana@example.com", OTHER, 1_200);
+        assert_eq!(owner.unwrap_err(), Throttled { retry_after: 700 });
+        let pair = throttle.admit("bo@example.com", ADDRESS, 1_899);
+        assert_eq!(pair.unwrap_err(), Throttled { retry_after: 1 });
+        // Until its window ends, and no longer.
+        assert!(throttle.admit("ana@example.com", OTHER, 1_900).is_ok());
+        assert!(throttle.admit("bo@example.com", ADDRESS, 1_900).is_ok());
+    }
 
-        // Closed windows go before open ones.
+    #[test]
+    fn past_the_cap_the_windows_with_the_fewest_failures_go_first() {
+        let throttle = LoginThrottle::new(ThrottleLimits {
+            max_tracked: 40,
+            ..limits()
+        });
+        // 4 failures of one pair (one short of its lock), 2 and 3 failures
+        // of others: the oldest windows.
+        fail(&throttle, "ana@example.com", ADDRESS, 100, 4);
+        fail(&throttle, "bo@example.com", OTHER, 100, 2);
+        fail(&throttle, "cy@example.com", address(1), 100, 3);
+        // 30 newer keys of one failure each fill the cap but one.
+        for n in 0..10u32 {
+            fail(
+                &throttle,
+                &format!("new{n}@example.com"),
+                address(100 + n),
+                900,
+                1,
+            );
+        }
+        assert_eq!(throttle.tracked(), 39);
+        // The next attempt needs 3 keys: 9 windows of one failure go, down
+        // to three quarters (30), then its 3 come.
+        fail(&throttle, "last@example.com", address(200), 900, 1);
+        assert_eq!(throttle.tracked(), 30 + 3);
+        // Every key with more than one failure is still counted: one more
+        // failure locks ana's pair, and bo and cy have theirs.
+        fail(&throttle, "ana@example.com", ADDRESS, 900, 1);
+        assert!(throttle.admit("ana@example.com", ADDRESS, 900).is_err());
+        fail(&throttle, "bo@example.com", OTHER, 900, 3);
+        assert!(throttle.admit("bo@example.com", OTHER, 900).is_err());
+        fail(&throttle, "cy@example.com", address(1), 900, 2);
+        assert!(throttle.admit("cy@example.com", address(1), 900).is_err());
+    }
+
+    #[test]
+    fn ended_windows_are_forgotten_before_any_open_one() {
+        let throttle = LoginThrottle::new(ThrottleLimits {
+            max_tracked: 12,
+            ..limits()
+        });
+        // Six keys whose window ends at 900, six whose ends at 1,400.
+        fail(&throttle, "a@example.com", address(1), 0, 1);
+        fail(&throttle, "b@example.com", address(2), 0, 1);
+        fail(&throttle, "c@example.com", address(3), 500, 1);
+        fail(&throttle, "d@example.com", address(4), 500, 1);
+        // The ended six go, and nothing else needs to.
+        fail(&throttle, "e@example.com", address(5), 950, 1);
+        assert_eq!(throttle.tracked(), 9);
+        fail(&throttle, "c@example.com", address(3), 950, 4);
+        assert!(throttle.admit("c@example.com", address(3), 950).is_err());
+    }
+
+    #[test]
+    fn past_the_cap_exactly_the_excess_goes_among_equal_counts() {
+        let throttle = LoginThrottle::new(ThrottleLimits {
+            max_tracked: 24,
+            ..limits()
+        });
+        // 3 keys of one failure, 21 of two: full.
+        fail(&throttle, "a@example.com", address(1), 1_000, 1);
+        for n in 2..9 {
+            fail(
+                &throttle,
+                &format!("u{n}@example.com"),
+                address(n),
+                1_000,
+                2,
+            );
+        }
+        assert_eq!(throttle.tracked(), 24);
+        // Down to 18: the three of one failure, then three of the 21.
+        fail(&throttle, "new@example.com", address(99), 1_000, 1);
+        assert_eq!(throttle.tracked(), 18 + 3);
+    }
+
+    #[test]
+    fn a_window_that_ended_starts_over_at_the_next_failure() {
+        let throttle = LoginThrottle::new(limits());
+        fail(&throttle, "ana@example.com", ADDRESS, 1_000, 5);
+        fail(&throttle, "ana@example.com", ADDRESS, 1_900, 5);
+        let refused = throttle.admit("ana@example.com", ADDRESS, 1_900);
+        assert_eq!(refused.unwrap_err(), Throttled { retry_after: 900 });
+    }
+
+    #[test]
+    fn with_every_key_locked_a_new_key_is_refused_until_the_first_lock_ends() {
+        let throttle = LoginThrottle::new(one_strike(12));
+        for n in 0..4u32 {
+            let now = 1_000 + i64::from(n) * 10;
+            fail(&throttle, &format!("u{n}@example.com"), address(n), now, 1);
+        }
+        assert_eq!(throttle.tracked(), 12);
+        // No key can be dropped: refused, not admitted uncounted, until the
+        // first lock (opened at 1,000) ends at 1,900.
+        for now in [1_050, 1_899] {
+            let refused = throttle.admit("new@example.com", address(9), now);
+            assert_eq!(
+                refused.unwrap_err(),
+                Throttled {
+                    retry_after: u64::try_from(1_900 - now).unwrap()
+                },
+                "at {now}"
+            );
+        }
+        assert_eq!(throttle.tracked(), 12, "a refusal adds no key");
+        let admitted = throttle.admit("new@example.com", address(9), 1_900);
+        assert!(admitted.is_ok(), "{admitted:?}");
+        // The other three locks still hold.
+        let locked = throttle.admit("u3@example.com", OTHER, 1_900);
+        assert_eq!(locked.unwrap_err(), Throttled { retry_after: 30 });
+    }
+
+    #[test]
+    fn a_full_throttle_still_admits_attempts_whose_keys_it_holds() {
+        let throttle = LoginThrottle::new(ThrottleLimits {
+            max_tracked: 6,
+            ..limits()
+        });
+        fail(&throttle, "ana@example.com", ADDRESS, 1_000, 1);
+        fail(&throttle, "bo@example.com", OTHER, 1_000, 1);
+        assert_eq!(throttle.tracked(), 6);
+        // Needs no new key: admitted without making room.
+        fail(&throttle, "ana@example.com", ADDRESS, 1_000, 3);
+        assert_eq!(throttle.tracked(), 6);
+        // Needs three: bo's keys (one failure each) make room; ana's stay.
+        fail(&throttle, "cy@example.com", address(1), 1_000, 1);
+        fail(&throttle, "ana@example.com", ADDRESS, 1_000, 1);
+        assert!(throttle.admit("ana@example.com", ADDRESS, 1_000).is_err());
+    }
+
+    #[test]
+    fn an_attempt_never_takes_the_counters_past_the_cap() {
+        let throttle = LoginThrottle::new(ThrottleLimits {
+            per_address: 5,
+            ..one_strike(6)
+        });
+        // Two locked pairs and accounts; the two addresses are not locked.
+        fail(&throttle, "a@example.com", address(1), 1_000, 1);
+        fail(&throttle, "b@example.com", address(2), 1_000, 1);
+        // c needs two new keys and holds its address's, the only ones that
+        // can go: with both addresses gone, four locks leave room for two
+        // keys, not three.
+        let refused = throttle.admit("c@example.com", address(1), 1_000);
+        assert_eq!(refused.unwrap_err(), Throttled { retry_after: 900 });
+        assert!(throttle.tracked() <= 6, "{} keys", throttle.tracked());
+    }
+
+    #[test]
+    fn an_attempt_with_a_locked_key_is_told_its_own_lock_not_the_full_map() {
+        // A full map and a locked key of this attempt: the lock answers,
+        // with its own window's end, not the map's.
+        let throttle = LoginThrottle::new(one_strike(6));
+        fail(&throttle, "ana@example.com", ADDRESS, 1_000, 1);
+        fail(&throttle, "bo@example.com", OTHER, 1_100, 1);
+        let refused = throttle.admit("bo@example.com", address(1), 1_200);
+        assert_eq!(refused.unwrap_err(), Throttled { retry_after: 800 });
+    }
+
+    #[test]
+    fn attempts_that_were_never_checked_leave_no_key() {
+        let throttle = LoginThrottle::new(limits());
+        for n in 0..1_000u32 {
+            let attempt = throttle
+                .admit(&format!("x{n}@example.com"), address(n), 1_000)
+                .unwrap();
+            throttle.settle(attempt, Outcome::Unchecked);
+        }
+        assert_eq!(throttle.tracked(), 0);
+        // A key that had failures of its own keeps them.
+        fail(&throttle, "ana@example.com", ADDRESS, 1_000, 2);
+        let attempt = throttle.admit("bo@example.com", ADDRESS, 1_000).unwrap();
+        throttle.settle(attempt, Outcome::Unchecked);
+        assert_eq!(throttle.tracked(), 3, "ana's pair and account, the address");
+        fail(&throttle, "ana@example.com", ADDRESS, 1_000, 3);
+        assert!(throttle.admit("ana@example.com", ADDRESS, 1_000).is_err());
+    }
+
+    #[test]
+    fn a_success_forgets_the_keys_it_alone_counted() {
+        let throttle = LoginThrottle::new(limits());
+        let attempt = throttle.admit("ana@example.com", ADDRESS, 1_000).unwrap();
+        throttle.settle(attempt, Outcome::Succeeded);
+        assert_eq!(throttle.tracked(), 0);
+    }
+
+    #[test]
+    fn memory_is_bounded() {
         let throttle = LoginThrottle::new(ThrottleLimits {
             max_tracked: 400,
             ..limits()
         });
-        for n in 0..100u32 {
-            let address = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
-            let _ = throttle.admit(&format!("x{n}@example.com"), address, 0);
+        for n in 0..10_000u32 {
+            let now = 1_000 + i64::from(n / 100);
+            let _ = throttle.admit(&format!("x{n}@example.com"), address(n), now);
+            assert!(throttle.tracked() <= 400, "{} keys", throttle.tracked());
         }
-        fail(&throttle, "ana@example.com", ADDRESS, 900, 5);
-        for n in 0..33u32 {
-            let address = IpAddr::V4(Ipv4Addr::from(0x0b00_0000 + n));
-            let _ = throttle.admit(&format!("y{n}@example.com"), address, 901);
-        }
-        assert!(throttle.tracked() <= 400, "{} keys", throttle.tracked());
-        assert!(throttle.admit("ana@example.com", ADDRESS, 901).is_err());
+        // A cap below one attempt's three keys is raised to hold them.
+        let tiny = LoginThrottle::new(ThrottleLimits {
+            max_tracked: 0,
+            ..limits()
+        });
+        fail(&tiny, "ana@example.com", ADDRESS, 1_000, 1);
+        fail(&tiny, "bo@example.com", OTHER, 1_000, 1);
+        assert_eq!(tiny.tracked(), 4);
     }
 }

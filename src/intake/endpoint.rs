@@ -457,9 +457,10 @@ impl Gateway {
                 }
             }
             for (email, count) in leads {
-                // The key holds a hash of the e-mail: no personal data in
-                // the limiter's store.
-                let digest = Sha256::digest(email.as_bytes());
+                // The key holds a keyed hash of the e-mail: no personal
+                // data in the limiter's store, and none a dictionary of
+                // known e-mails recovers (an unkeyed SHA-256 would be).
+                let digest = self.hasher.mac(b"rate-limit-lead\0", email.as_bytes());
                 charges.push(Charge {
                     kind: LimitKind::Lead,
                     limit,

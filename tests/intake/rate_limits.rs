@@ -503,6 +503,58 @@ async fn the_redis_limiter_charges_all_or_nothing_reports_the_window_and_refunds
     );
 }
 
+#[tokio::test]
+async fn redis_keys_expire_with_their_window_and_hold_the_keyed_hash_of_the_lead() {
+    use hmac::Mac as _;
+    let prefix = fresh_prefix();
+    let t = Limited::new(|limits| limits.per_lead = limit("20/1h")).await;
+    let mut config = conversion_gateway::GatewayConfig::new(BASE_URL);
+    config.rate_limits.per_lead = limit("20/1h");
+    let gateway = conversion_gateway::Gateway::new(
+        config,
+        t.f.stores.clone(),
+        conversion_gateway::SecretHasher::new([42; 32]),
+    )
+    .with_rate_limiter(Arc::new(redis_limiter(&prefix)));
+    let query = format!("api_key={}", t.api_key);
+    let body = conversion_body("Ana@Example.com").to_string();
+    let outcome = gateway
+        .record_conversion(&RequestParts {
+            query: &query,
+            content_type: Some("application/json"),
+            authorization: None,
+            idempotency_key: None,
+            body: body.as_bytes(),
+        })
+        .await;
+    assert_eq!(gateway.answer(outcome).status, 200);
+
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    // HMAC-SHA256 under the server key, not a SHA-256 a dictionary of
+    // known e-mails reverses.
+    let hex = |bytes: &[u8]| -> String { bytes[..16].iter().map(|b| format!("{b:02x}")).collect() };
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&[42; 32]).unwrap();
+    mac.update(b"rate-limit-lead\0ana@example.com");
+    let keyed = hex(&mac.finalize().into_bytes());
+    let account = t.f.account.id.0.simple();
+    assert_eq!(keys, [format!("{prefix}lead:{account}:{keyed}")]);
+    let unkeyed = hex(&<sha2::Sha256 as sha2::Digest>::digest(b"ana@example.com"));
+    assert!(!keys[0].contains(&unkeyed), "{keys:?}");
+    // The key ends with its window: Redis holds live windows only.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&keys[0])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(ttl > 3_590_000 && ttl <= 3_600_000, "PTTL {ttl} ms");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_conversions_through_two_gateways_sharing_redis_admit_exactly_20() {
     let prefix = fresh_prefix();

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::support::{Launch, Server, assert_dialog_headers};
+use crate::support::{Framing, Launch, Server, assert_dialog_headers};
 
 /// Signs in on the account page; returns the session cookie.
 async fn sign_in(server: &Server) -> String {
@@ -169,4 +169,23 @@ async fn a_wrong_password_stays_on_the_sign_in_form() {
         .await;
     assert_eq!(forged.status, 403);
     assert!(forged.cookie("cg_session").is_none());
+}
+
+#[tokio::test]
+async fn an_oversized_form_is_refused_413_without_being_read_whole() {
+    let server = Launch::memory(&[]).start();
+    // 8 KiB of a 1 MB body (under axum's default limit of 2 MB, which was
+    // buffered before the page's own 4 KiB check), or of a chunked body
+    // of no said length: answered without waiting for the rest.
+    for framing in [Framing::Length(1_000_000), Framing::Chunked] {
+        let status = server
+            .post_partially("/account/apps", framing, 8 * 1024)
+            .await;
+        assert_eq!(status, Some(413), "{framing:?}");
+    }
+    // A body at the limit is read (and refused as no form of this page).
+    let status = server
+        .post_partially("/account/apps", Framing::Length(4 * 1024), 4 * 1024)
+        .await;
+    assert_eq!(status, Some(400));
 }

@@ -10,7 +10,7 @@ use serde_json::json;
 #[cfg(feature = "sqlite")]
 use crate::support::sqlite_gateway;
 use crate::support::{
-    BASE_URL, DEMO_REDIRECT_URI, Launch, Reply, assert_dialog_headers, encode, param,
+    BASE_URL, DEMO_REDIRECT_URI, Framing, Launch, Reply, assert_dialog_headers, encode, param,
 };
 
 /// The address the tests' requests come from.
@@ -533,4 +533,22 @@ async fn an_oversized_dialog_form_is_413_json() {
         .post("/auth/dialog", &headers, body)
         .await
         .assert_error(413, "BODY_TOO_LARGE");
+}
+
+#[tokio::test]
+async fn every_form_route_refuses_an_oversized_body_without_reading_it_whole() {
+    let server = Launch::memory(&[]).start();
+    // 20 KiB of a 1 MB body, or of a chunked one: each route's limit (16
+    // KiB) is applied while reading, not after buffering the whole.
+    for path in [
+        "/auth/dialog",
+        "/auth/token",
+        "/auth/revoke",
+        "/auth/introspect",
+    ] {
+        for framing in [Framing::Length(1_000_000), Framing::Chunked] {
+            let status = server.post_partially(path, framing, 20 * 1024).await;
+            assert_eq!(status, Some(413), "{path} {framing:?}");
+        }
+    }
 }

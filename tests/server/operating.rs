@@ -61,6 +61,96 @@ async fn every_answer_carries_a_request_id_that_the_log_line_has_too() {
     );
 }
 
+/// Asserts that `/metrics` of `server` lists each of `series` (a name with
+/// its labels, as written) at zero.
+async fn assert_listed_at_zero(server: &Server, series: &[String]) {
+    let text = server.get("/metrics", "").await.text();
+    for name in series {
+        let value = text
+            .lines()
+            .find_map(|line| line.strip_prefix(name.as_str())?.strip_prefix(' '));
+        assert_eq!(value, Some("0"), "{name} in:\n{text}");
+    }
+}
+
+/// Every counter and histogram the library records, with each label value,
+/// as `/metrics` writes them (a histogram by its `_count`).
+fn every_series() -> Vec<String> {
+    let mut series = Vec::new();
+    for endpoint in [
+        "token",
+        "revoke",
+        "introspect",
+        "conversion",
+        "event",
+        "batch",
+    ] {
+        for outcome in [
+            "accepted",
+            "refused_validation",
+            "refused_authentication",
+            "refused_limit",
+            "unavailable",
+        ] {
+            series.push(format!(
+                r#"cg_requests_total{{endpoint="{endpoint}",outcome="{outcome}"}}"#
+            ));
+        }
+    }
+    for endpoint in ["conversion", "event", "batch"] {
+        series.push(format!(
+            r#"cg_events_recorded_total{{endpoint="{endpoint}"}}"#
+        ));
+    }
+    series.push("cg_event_batch_size_count".to_owned());
+    for (store, operation) in [
+        ("events", "record"),
+        ("api_keys", "find_api_key"),
+        ("clients", "find_client"),
+        ("tokens", "find_access_token"),
+        ("tokens", "find_refresh_token"),
+        ("tokens", "redeem_code"),
+        ("tokens", "rotate_refresh_token"),
+    ] {
+        series.push(format!(
+            r#"cg_store_operation_seconds_count{{store="{store}",operation="{operation}"}}"#
+        ));
+    }
+    for grant_type in ["authorization_code", "refresh_token"] {
+        series.push(format!(
+            r#"cg_tokens_issued_total{{grant_type="{grant_type}"}}"#
+        ));
+    }
+    for outcome in ["rotated", "kept", "grace_replay", "reuse_detected"] {
+        series.push(format!(
+            r#"cg_token_refreshes_total{{outcome="{outcome}"}}"#
+        ));
+    }
+    series.push("cg_revocations_total".to_owned());
+    series
+}
+
+#[tokio::test]
+async fn metrics_list_every_series_at_zero_before_the_first_request() {
+    let server = Launch::memory(&[]).start();
+    assert_listed_at_zero(&server, &every_series()).await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn metrics_list_the_group_commit_of_the_store_in_use_at_zero() {
+    let dir = conversion_gateway_testkit::TempDir::new("zero");
+    let store = format!("sqlite:{}", dir.path("gateway.db").display());
+    let key_file = dir.path("gateway.key").display().to_string();
+    let server = Launch::with_args(&["--store", &store, "--key-file", &key_file]).start();
+    let mut series = every_series();
+    series.push(r#"cg_group_commit_size_count{store="sqlite"}"#.to_owned());
+    series.push(r#"cg_group_commit_queue_depth{store="sqlite"}"#.to_owned());
+    assert_listed_at_zero(&server, &series).await;
+    let text = server.get("/metrics", "").await.text();
+    assert!(!text.contains(r#"store="postgres""#), "{text}");
+}
+
 #[tokio::test]
 async fn metric_values_move_as_requests_are_made() {
     let server = Launch::memory(&[]).start();

@@ -416,6 +416,58 @@ impl Client {
     }
 }
 
+/// How a body is framed in [`Server::post_partially`].
+#[derive(Clone, Copy, Debug)]
+pub enum Framing {
+    /// `Content-Length` of this many bytes.
+    Length(usize),
+    /// `Transfer-Encoding: chunked`, no length said.
+    Chunked,
+}
+
+impl Server {
+    /// Posts `sent` bytes of a form body to `path`, framed as `framing`
+    /// says, and then nothing more, holding the connection open: the status
+    /// of an answer that comes within 5 seconds, or `None` if the server
+    /// waits for the rest of the body.
+    pub async fn post_partially(&self, path: &str, framing: Framing, sent: usize) -> Option<u16> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(self.address)
+            .await
+            .expect("the server accepts");
+        let framing_header = match framing {
+            Framing::Length(length) => format!("content-length: {length}"),
+            Framing::Chunked => "transfer-encoding: chunked".to_owned(),
+        };
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/x-www-form-urlencoded\r\n{framing_header}\r\n\r\n",
+            self.address
+        );
+        let mut request = head.into_bytes();
+        if matches!(framing, Framing::Chunked) {
+            request.extend_from_slice(format!("{sent:x}\r\n").as_bytes());
+        }
+        request.extend(std::iter::repeat_n(b'a', sent));
+        stream
+            .write_all(&request)
+            .await
+            .expect("the request is sent");
+        let mut answer = Vec::new();
+        let read = async {
+            let mut buffer = [0u8; 4096];
+            while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => answer.extend_from_slice(&buffer[..n]),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+        let text = String::from_utf8_lossy(&answer);
+        text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+    }
+}
+
 /// A response, read whole.
 pub struct Reply {
     pub status: StatusCode,

@@ -62,7 +62,8 @@ pub struct Charge {
     /// The limit's bound.
     pub limit: Limit,
     /// The counter's key: opaque, free of personal data and secrets (a
-    /// lead's e-mail is hashed), such as `lead:<account>:<hash>`.
+    /// lead's e-mail is hashed with the server key), such as
+    /// `lead:<account>:<hash>`.
     pub key: String,
     /// What the counter is shown as in a refusal's `error`, such as `the
     /// contact ana@example.com` or `the API key <id>`; never a secret.

@@ -246,6 +246,7 @@ pub(super) fn spawn_group_writers(
     max: usize,
     writers: usize,
 ) {
+    crate::metrics::register_group_commit("postgres");
     let jobs = Arc::new(Mutex::new(jobs));
     // At most half the pool, so that a small pool always has connections
     // for tokens and reads while every writer is busy.

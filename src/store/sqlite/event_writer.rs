@@ -110,6 +110,7 @@ impl EventWriter {
             .name("sqlite-events".into())
             .spawn(move || writer.run(jobs))
             .map_err(|error| StoreError::backend(ACTION, error))?;
+        crate::metrics::register_group_commit("sqlite");
         Ok(Self { queue, closed })
     }
 
