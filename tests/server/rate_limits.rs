@@ -3,13 +3,10 @@
 //! `--rate-limit-store` (two instances sharing one Redis enforce one
 //! limit) and `--rate-limit-failure`.
 
-use std::sync::Arc;
-
-use conversion_gateway_testkit::TempDir;
-
 use crate::support::{Launch, Server, conversion_body};
 
 /// The Redis of `REDIS_URL`; fails with start-up instructions without it.
+#[cfg(feature = "external-tests")]
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| {
         panic!(
@@ -107,8 +104,13 @@ async fn bad_limit_flags_stop_the_server_with_a_message() {
     }
 }
 
+#[cfg(feature = "external-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_sharing_redis_admit_exactly_20_of_64_concurrent_requests() {
+    use std::sync::Arc;
+
+    use conversion_gateway_testkit::TempDir;
+
     let redis = redis_url();
     let dir = TempDir::new("rate-limit-redis");
     let database = format!("sqlite:{}", dir.path("gateway.db").display());
