@@ -182,11 +182,13 @@ impl MemoryRateLimiter {
     }
 }
 
-/// Unix seconds as the counters keep them, rounded up (`ceil`) or down.
-fn seconds(at: OffsetDateTime, ceil: bool) -> u32 {
-    let whole = at.unix_timestamp();
-    let up = i64::from(ceil && at.nanosecond() > 0);
-    u32::try_from((whole + up).max(0)).unwrap_or(u32::MAX)
+/// Unix seconds as the counters keep them, rounded down: a window ends at
+/// the whole second before its period is over, so that it never outlasts
+/// its period and `Retry-After` never exceeds the policy's window (a
+/// window may be up to a second shorter, which lets at most its limit
+/// through a second early).
+fn seconds(at: OffsetDateTime) -> u32 {
+    u32::try_from(at.unix_timestamp().max(0)).unwrap_or(u32::MAX)
 }
 
 /// The instant of Unix second `at`.
@@ -269,7 +271,7 @@ impl RateLimiter for MemoryRateLimiter {
         now: OffsetDateTime,
     ) -> Result<Admission, LimiterError> {
         let keys: Vec<u64> = charges.iter().map(|charge| self.key(&charge.key)).collect();
-        let second = seconds(now, false);
+        let second = seconds(now);
         let mut counters = self.lock();
         if counters.windows.len() >= (counters.swept_size * 2).max(1024) {
             counters.windows.retain(|_, window| window.is_open(second));
@@ -331,7 +333,7 @@ impl RateLimiter for MemoryRateLimiter {
         }
         for (charge, key) in charges.iter().zip(keys) {
             let max = charge.limit.max;
-            let fresh = Window::new(0, max, seconds(now + charge.limit.period, true));
+            let fresh = Window::new(0, max, seconds(now + charge.limit.period));
             let window = counters.windows.entry(key).or_insert(fresh);
             if !window.is_open(second) {
                 *window = fresh;
@@ -343,7 +345,7 @@ impl RateLimiter for MemoryRateLimiter {
     }
 
     async fn refund(&self, charges: &[Charge], now: OffsetDateTime) -> Result<(), LimiterError> {
-        let second = seconds(now, false);
+        let second = seconds(now);
         let mut counters = self.lock();
         for charge in charges {
             let key = self.key(&charge.key);
@@ -612,17 +614,27 @@ mod tests {
         admit(&limiter, "a", 3, 3, at).await;
         limiter.refund(&[charge("a", 3, 2)], at).await.unwrap();
         admit(&limiter, "a", 3, 2, at).await;
-        // The window ends at the whole second after its period.
+        // The window ends at the whole second before its period is over:
+        // never later, so Retry-After never exceeds the window.
         let refused = limiter.charge(&[charge("a", 3, 1)], at).await.unwrap();
         assert_eq!(
             refused,
             Admission::Refused {
                 index: 0,
                 used: 3,
-                retry_after: Duration::milliseconds(60_750)
+                retry_after: Duration::milliseconds(59_750)
             }
         );
-        admit(&limiter, "a", 3, 3, NOW + Duration::seconds(61)).await;
+        let just_before = NOW + Duration::seconds(60) - Duration::milliseconds(1);
+        let still_refused = limiter
+            .charge(&[charge("a", 3, 1)], just_before)
+            .await
+            .unwrap();
+        assert!(
+            matches!(still_refused, Admission::Refused { .. }),
+            "{still_refused:?}"
+        );
+        admit(&limiter, "a", 3, 3, NOW + Duration::seconds(60)).await;
     }
 
     #[test]
