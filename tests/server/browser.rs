@@ -81,7 +81,7 @@ async fn a_landing_page_on_another_origin_sends_a_conversion_with_send_beacon() 
 }
 
 /// Serves, on a loopback port of its own (so another origin than the
-/// service's), the landing-page snippet of the README: it sends one
+/// service's), the landing-page snippet of docs/intake.md: it sends one
 /// conversion to the service with `navigator.sendBeacon`, which posts it as
 /// `text/plain;charset=UTF-8` with no CORS preflight, and sets its title to
 /// `queued` (or `refused`). Returns the page's address.

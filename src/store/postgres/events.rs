@@ -155,7 +155,7 @@ async fn insert_events(
     // The payload and the channel are stored as `json` (migration 7):
     // PostgreSQL checks that they are JSON but does not build a `jsonb` tree
     // of each, which was a quarter of its time under an intake flood
-    // (profiled; README, "Intake over HTTP"). They travel as `json[]`, so
+    // (profiled; benches/intake_load/NOTES.md). They travel as `json[]`, so
     // that PostgreSQL checks each text as it receives it, rather than as
     // `text[]` cast to `json` (a copy out and a copy back in per event).
     //
@@ -163,7 +163,7 @@ async fn insert_events(
     // through together, row by row (a `ProjectSet`); `FROM UNNEST(...)`
     // would first copy every row into a tuplestore and read it back. Both
     // measured under a flood, side by side: the backends' CPU an event 1 to
-    // 2 µs lower this way (README, "Intake over HTTP").
+    // 2 µs lower this way (benches/intake_load/NOTES.md).
     macro_rules! insert {
         () => {
             "INSERT INTO events

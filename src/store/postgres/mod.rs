@@ -125,7 +125,7 @@ pub struct PgStoreOptions {
     /// Never more than half the pool's connections, so the rest always
     /// serve tokens and reads. Default: 1, the fastest where the database
     /// shares the service's cores (measured with 1, 2 and 4 writers;
-    /// README, "Intake over HTTP"); a database on a machine of its own,
+    /// benches/intake_load/NOTES.md); a database on a machine of its own,
     /// far from the service, may gain from 2.
     pub group_writers: usize,
     /// The size of the pool [`PgStore::connect_with`] opens (not used by
