@@ -153,16 +153,10 @@ impl ReferenceStateMachine for EventModelMachine {
     }
 
     fn transitions(_: &EventModel) -> BoxedStrategy<EventOp> {
-        let advance = prop_oneof![
-            1i64..=90,
-            (1i64..=120).prop_map(|minutes| minutes * 60),
-            (1i64..=30).prop_map(|hours| hours * 3600),
-            (1i64..=10).prop_map(|days| days * 86_400),
-        ];
         prop_oneof![
             6 => (proptest::option::weighted(0.8, 0u8..3), 0u8..2)
                 .prop_map(|(key, body)| EventOp::Send { key, body }),
-            3 => advance.prop_map(|seconds| EventOp::Advance { seconds }),
+            3 => super::reference::advance().prop_map(|seconds| EventOp::Advance { seconds }),
             2 => Just(EventOp::Purge),
             1 => Just(EventOp::Restart),
         ]
@@ -248,12 +242,7 @@ impl<R: Restartable> StateMachineTest for IdempotencyTest<R> {
     type Reference = EventModelMachine;
 
     fn init_test(_: &EventModel) -> EventSystem<R> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let stores = runtime.block_on(R::start());
-        let clock = Arc::new(ManualClock::at_epoch_of_tests());
+        let (runtime, stores, clock) = super::start::<R>();
         let gateway = EventSystem::gateway(&stores, &clock, 1);
         let account = Account::new(
             "Model Account",

@@ -27,6 +27,23 @@ pub use events::IdempotencyTest;
 pub use reference::LifecycleModel;
 pub use system::LifecycleTest;
 
+/// What every system under test starts from: a runtime of its own (the
+/// state machine's steps are synchronous), fresh stores, and a manual
+/// clock at the tests' epoch.
+fn start<R: Restartable>() -> (
+    tokio::runtime::Runtime,
+    R,
+    std::sync::Arc<conversion_gateway::ManualClock>,
+) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let stores = runtime.block_on(R::start());
+    let clock = std::sync::Arc::new(conversion_gateway::ManualClock::at_epoch_of_tests());
+    (runtime, stores, clock)
+}
+
 /// How many random sequences each test runs: `PROPTEST_CASES` when set
 /// (to run more by hand), otherwise `default`.
 fn cases(default: u32) -> u32 {

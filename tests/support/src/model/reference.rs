@@ -569,7 +569,7 @@ fn policy() -> impl Strategy<Value = RefreshPolicy> {
 
 /// Time steps of every scale, from seconds (within grace windows) to weeks
 /// (past the purge's retention).
-fn advance() -> impl Strategy<Value = i64> {
+pub(super) fn advance() -> impl Strategy<Value = i64> {
     prop_oneof![
         1i64..=90,
         (1i64..=120).prop_map(|minutes| minutes * 60),

@@ -331,12 +331,7 @@ impl<R: Restartable> StateMachineTest for LifecycleTest<R> {
     type Reference = LifecycleModel;
 
     fn init_test(model: &Model) -> System<R> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let stores = runtime.block_on(R::start());
-        let clock = Arc::new(ManualClock::at_epoch_of_tests());
+        let (runtime, stores, clock) = super::start::<R>();
         let mut config = GatewayConfig::new(BASE_URL);
         config.refresh_policy = model.default_policy;
         let gateway = System::gateway(&stores, &config, &clock, 1);
