@@ -329,7 +329,7 @@ impl RateLimiter for MemoryRateLimiter {
             // does): a million counters grown by doubling took 70 MB of
             // resident memory, grown this way 47 MB.
             let room = self.max_tracked.saturating_sub(counters.windows.len());
-            counters.windows.reserve(room + keys.len());
+            counters.windows.reserve(room);
         }
         for (charge, key) in charges.iter().zip(keys) {
             let max = charge.limit.max;
@@ -512,6 +512,33 @@ mod tests {
             Admission::Admitted
         );
         assert_eq!(limiter.len(), 16);
+    }
+
+    #[tokio::test]
+    async fn ended_windows_are_swept_when_the_map_has_doubled() {
+        let limiter = MemoryRateLimiter::new();
+        for n in 0..1024 {
+            admit(&limiter, &format!("a{n}"), 10, 1, NOW).await;
+        }
+        // The first sweep comes at 1,024 counters (none has ended yet).
+        for n in 0..1000 {
+            admit(
+                &limiter,
+                &format!("b{n}"),
+                10,
+                1,
+                NOW + Duration::seconds(30),
+            )
+            .await;
+        }
+        // The "a" windows have ended, but the next sweep waits for 2,048.
+        let later = NOW + Duration::seconds(61);
+        for n in 0..24 {
+            admit(&limiter, &format!("c{n}"), 10, 1, later).await;
+        }
+        assert_eq!(limiter.len(), 2048);
+        admit(&limiter, "c24", 10, 1, later).await;
+        assert_eq!(limiter.len(), 1000 + 25);
     }
 
     #[tokio::test]
