@@ -142,6 +142,20 @@ pub use secret::{
     SecretHash, SecretHasher, SecretKind,
 };
 
+// The records the stores persist, below the stores, OAuth and intake.
+mod records;
+pub use records::api_key::{ApiKeyId, ApiKeyRecord};
+pub use records::client::{Client, ClientId, PreviousSecret};
+pub use records::event::{
+    EventPayload, EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel,
+    RecordOutcome, RecordedEvent,
+};
+pub use records::grant::{Grant, GrantId};
+pub use records::refresh_policy::RefreshPolicy;
+pub use records::tokens::{
+    AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
+};
+
 // The service: construction, and one method per endpoint.
 mod gateway;
 pub mod metrics;
@@ -150,32 +164,23 @@ pub use gateway::{Gateway, PurgeReport, Readiness, Stores};
 // OAuth 2.0 for third-party applications.
 mod oauth;
 pub use oauth::bearer::BearerError;
-pub use oauth::client::{Client, ClientId, ClientRegistration, PreviousSecret};
+pub use oauth::client::ClientRegistration;
 pub use oauth::decisions::Caller;
 pub use oauth::dialog::{Approval, AuthorizationRequest, Denial, DialogError};
-pub use oauth::grant::{Grant, GrantId};
 pub use oauth::introspection::{ActiveToken, Introspection, TokenKind};
 pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp, is_registrable_redirect_uri};
 pub use oauth::metadata::{
     AUTHORIZATION_PATH, AuthorizationServerMetadata, INTROSPECTION_PATH, METADATA_PATH,
     REVOCATION_PATH, TOKEN_PATH,
 };
-pub use oauth::refresh_policy::RefreshPolicy;
 pub use oauth::revocation::{Revocation, RevocationError};
 pub use oauth::token_endpoint::TokenResponse;
 pub use oauth::token_error::TokenError;
-pub use oauth::tokens::{
-    AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
-};
 
 // Conversion intake: API keys, the validator, the event routes.
 mod intake;
-pub use intake::api_key::{ApiKeyError, ApiKeyId, ApiKeyRecord};
+pub use intake::api_key::ApiKeyError;
 pub use intake::endpoint::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
-pub use intake::event::{
-    EventPayload, EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel,
-    RecordOutcome, RecordedEvent,
-};
 #[cfg(feature = "redis")]
 pub use intake::rate_limit::RedisRateLimiter;
 pub use intake::rate_limit::{

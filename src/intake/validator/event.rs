@@ -7,7 +7,7 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
-use crate::intake::event::EventPayload;
+use crate::records::event::EventPayload;
 
 use super::custom_fields::CUSTOM_PREFIX;
 use super::envelope::{EventFamily, EventType};

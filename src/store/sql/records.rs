@@ -10,7 +10,7 @@
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::intake::event::EventPayload;
+use crate::records::event::EventPayload;
 use crate::store::sql::malformed;
 use crate::{
     AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeLookup,
