@@ -10,7 +10,7 @@
 
 use serde_json::{Value, json};
 
-use crate::StoreError;
+use crate::store::error::StoreError;
 
 /// A result or error that has an HTTP answer.
 ///

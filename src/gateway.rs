@@ -14,13 +14,23 @@ use std::sync::Arc;
 use crate::intake::api_key_cache::ApiKeyCache;
 use crate::oauth::introspection::ResourceServer;
 
-use crate::{
-    Account, AccountId, AccountStore, AnswerContext, ApiKey, ApiKeyError, ApiKeyId, ApiKeyRecord,
-    ApiKeyStore, Client, ClientId, ClientRegistration, ClientRegistry, ClientSecret, Clock,
-    EventSink, GatewayConfig, HttpAnswer, MemoryAccountStore, MemoryApiKeyStore,
-    MemoryClientRegistry, MemoryEventSink, MemoryRateLimiter, MemoryTokenStore, OsRandom,
-    RandomSource, RateLimiter, SecretHasher, StoreError, SystemClock, ToHttpAnswer, TokenStore,
+use crate::account::{Account, AccountId};
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::clock::{Clock, SystemClock};
+use crate::config::GatewayConfig;
+use crate::intake::api_key::ApiKeyError;
+use crate::intake::rate_limit::RateLimiter;
+use crate::intake::rate_limit::memory::MemoryRateLimiter;
+use crate::oauth::client::ClientRegistration;
+use crate::random::{OsRandom, RandomSource};
+use crate::records::api_key::{ApiKeyId, ApiKeyRecord};
+use crate::records::client::{Client, ClientId};
+use crate::secret::{ApiKey, ClientSecret, SecretHasher};
+use crate::store::error::StoreError;
+use crate::store::memory::{
+    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
 };
+use crate::store::{AccountStore, ApiKeyStore, ClientRegistry, EventSink, TokenStore};
 
 /// The stores a [`Gateway`] works on, one per storage trait.
 #[derive(Clone)]
@@ -338,7 +348,7 @@ impl Gateway {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::SeededRandom;
+    use crate::random::SeededRandom;
 
     fn gateway() -> Gateway {
         Gateway::new(

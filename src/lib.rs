@@ -181,11 +181,13 @@ pub use oauth::token_error::TokenError;
 mod intake;
 pub use intake::api_key::ApiKeyError;
 pub use intake::endpoint::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
+pub use intake::rate_limit::answer::RateLimited;
+pub use intake::rate_limit::limit::{Limit, LimitParseError, RateLimits};
+pub use intake::rate_limit::memory::MemoryRateLimiter;
 #[cfg(feature = "redis")]
-pub use intake::rate_limit::RedisRateLimiter;
+pub use intake::rate_limit::redis::RedisRateLimiter;
 pub use intake::rate_limit::{
-    Admission, Charge, Limit, LimitKind, LimitParseError, LimiterError, LimiterFailure,
-    MemoryRateLimiter, RateLimited, RateLimiter, RateLimits,
+    Admission, Charge, LimitKind, LimiterError, LimiterFailure, RateLimiter,
 };
 pub use intake::validator::errors::{
     DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use crate::StoreError;
+use crate::store::error::StoreError;
 
 use super::event_writer::{Sync, open_connection};
 

@@ -27,10 +27,11 @@ use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehav
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
+use crate::store::error::StoreError;
 use crate::store::sql::group_commit::{GroupQueue, Job, RECORD, answer, answer_error};
 use crate::store::sql::records::{StoredClaim, channel_to_text};
 use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
-use crate::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError};
 
 use super::checkpointer::{Checkpointer, WAL_PAGES_BOUND};
 use super::columns::{from_micros, json_text, micros, uuid_text};

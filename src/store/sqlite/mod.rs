@@ -56,7 +56,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Executor as _, Sqlite, Transaction};
 
-use crate::StoreError;
+use crate::store::error::StoreError;
 use crate::store::sql::{Migration, backend};
 
 use self::event_writer::{EventWriter, Sync};
