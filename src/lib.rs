@@ -194,11 +194,11 @@ pub use intake::validator::errors::{
 };
 pub use intake::validator::event::ConversionEvent;
 pub use intake::validator::json_path::{JsonPath, PathSegment};
-pub use intake::validator::legal_bases::{
-    LegalBasis, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
-};
 pub use intake::validator::limits::{ConversionLimits, UnknownAttributes};
 pub use intake::validator::tags::Tags;
+pub use intake::validator::vocabulary::{
+    LegalBasis, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
+};
 pub use intake::validator::{validate_batch, validate_conversion};
 
 // Storage: the traits, memory, SQLite and PostgreSQL, the conformance suite.
