@@ -159,7 +159,8 @@ pub use records::tokens::{
 // The service: construction, and one method per endpoint.
 mod gateway;
 pub mod metrics;
-pub use gateway::{Gateway, PurgeReport, Readiness, Stores};
+pub use gateway::operations::{PurgeReport, Readiness};
+pub use gateway::{Gateway, Stores};
 
 // OAuth 2.0 for third-party applications.
 mod oauth;

@@ -1,8 +1,12 @@
-//! Why an API key was not issued. The key's stored record,
-//! [`ApiKeyRecord`](crate::records::api_key::ApiKeyRecord), is in
-//! [`crate::records::api_key`].
+//! API keys: the `Gateway` methods that issue, list and switch them, and
+//! why a key was not issued. The key's stored record, [`ApiKeyRecord`], is
+//! in [`crate::records::api_key`].
 
+use crate::account::AccountId;
 use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::gateway::Gateway;
+use crate::records::api_key::{ApiKeyId, ApiKeyRecord};
+use crate::secret::ApiKey;
 use crate::store::error::StoreError;
 
 /// Why [`crate::Gateway::issue_api_key`] issued no key.
@@ -32,5 +36,105 @@ impl ToHttpAnswer for ApiKeyError {
             }
             ApiKeyError::Store(error) => error.to_http_answer(context),
         }
+    }
+}
+
+impl Gateway {
+    /// Issues an API key for `account`: its record and the key itself, which
+    /// is not kept and must be handed to the account owner now.
+    ///
+    /// # Errors
+    /// [`ApiKeyError::LimitReached`] when the account already holds
+    /// [`GatewayConfig::max_api_keys_per_account`] keys, or the store's error.
+    pub async fn issue_api_key(
+        &self,
+        account: AccountId,
+        label: &str,
+    ) -> Result<(ApiKeyRecord, ApiKey), ApiKeyError> {
+        let (record, key) = ApiKeyRecord::issue(
+            account,
+            label,
+            self.clock.now(),
+            &*self.random,
+            &self.hasher,
+        );
+        let max = self.config.max_api_keys_per_account;
+        if self.stores.api_keys.insert_api_key(&record, max).await? {
+            Ok((record, key))
+        } else {
+            Err(ApiKeyError::LimitReached { max })
+        }
+    }
+
+    /// The API keys of `account`, switched on or off, oldest first: their
+    /// records (ids, labels, hashes), never the keys themselves, which are
+    /// not kept. For a host's settings page, beside
+    /// [`Gateway::set_api_key_active`].
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn list_api_keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.stores.api_keys.list_api_keys(account).await
+    }
+
+    /// Switches an API key off or back on. Returns whether it exists.
+    ///
+    /// Takes effect at once on this gateway: from the next request on, even
+    /// when a request that read the key before the switch is still in
+    /// flight. Other gateways on the same store may accept a key switched
+    /// off for up to their [`GatewayConfig::api_key_cache_ttl`] (10 s by
+    /// default).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
+        let changed = self.stores.api_keys.set_api_key_active(id, active).await;
+        // Whatever the store answered, the next request asks it again. After
+        // the store's write: a lookup in flight that read the key before it
+        // finds the cache's generation changed, and caches nothing.
+        self.api_key_cache.forget(id);
+        changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::account::Account;
+    use crate::config::GatewayConfig;
+    use crate::gateway::Stores;
+    use crate::random::SeededRandom;
+    use crate::secret::SecretHasher;
+
+    fn gateway() -> Gateway {
+        Gateway::new(
+            GatewayConfig::new("https://gateway.test"),
+            Stores::in_memory(),
+            SecretHasher::new([3; 32]),
+        )
+        .with_random(Arc::new(SeededRandom::new(7)))
+    }
+
+    #[tokio::test]
+    async fn an_accounts_api_keys_are_listed_oldest_first_switched_off_included() {
+        let gateway = gateway();
+        let random = SeededRandom::new(9);
+        let account = Account::new("Shop", "owner@shop.example", &random);
+        gateway.create_account(&account).await.unwrap();
+        let (first, _) = gateway.issue_api_key(account.id, "form").await.unwrap();
+        let (second, _) = gateway.issue_api_key(account.id, "crm").await.unwrap();
+        assert!(gateway.set_api_key_active(first.id, false).await.unwrap());
+        let listed = gateway.list_api_keys(account.id).await.unwrap();
+        let summary: Vec<_> = listed.iter().map(|k| (k.id, k.active)).collect();
+        assert_eq!(
+            summary,
+            [(first.id, false), (second.id, true)],
+            "{listed:?}"
+        );
+        let other = Account::new("Other", "other@shop.example", &random);
+        let none = gateway.list_api_keys(other.id).await.unwrap();
+        assert!(none.is_empty(), "{none:?}");
     }
 }

@@ -1,8 +1,12 @@
 //! Registering third-party applications: what an application registers
-//! with. The registered [`Client`](crate::records::client::Client) is a
-//! stored record, in [`crate::records::client`].
+//! with, and the `Gateway` methods that register and find one. The
+//! registered [`Client`] is a stored record, in [`crate::records::client`].
 
+use crate::gateway::Gateway;
+use crate::records::client::{Client, ClientId};
 use crate::records::refresh_policy::RefreshPolicy;
+use crate::secret::ClientSecret;
+use crate::store::error::StoreError;
 
 /// What an application registers with: its name and callback URLs, and the
 /// options that differ from the defaults.
@@ -55,5 +59,77 @@ impl ClientRegistration {
     pub fn refresh_policy(mut self, policy: RefreshPolicy) -> Self {
         self.refresh_policy = Some(policy);
         self
+    }
+}
+
+impl Gateway {
+    /// Registers an application. Returns it and its client secret, which is
+    /// not kept and must be handed to the developer now.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn register_client(
+        &self,
+        registration: ClientRegistration,
+    ) -> Result<(Client, ClientSecret), StoreError> {
+        let ClientRegistration {
+            name,
+            redirect_uris,
+            require_pkce,
+            refresh_policy,
+        } = registration;
+        let (mut client, secret) =
+            Client::register(name, redirect_uris, &*self.random, &self.hasher);
+        client.require_pkce = require_pkce;
+        client.refresh_policy = refresh_policy;
+        self.stores.clients.register_client(&client).await?;
+        Ok((client, secret))
+    }
+
+    /// The registered application with this id, for a host's own pages (a
+    /// developer console, or a check before registering a known client).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn find_client(&self, id: &ClientId) -> Result<Option<Client>, StoreError> {
+        self.stores.clients.find_client(id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::GatewayConfig;
+    use crate::gateway::Stores;
+    use crate::random::SeededRandom;
+    use crate::secret::SecretHasher;
+
+    fn gateway() -> Gateway {
+        Gateway::new(
+            GatewayConfig::new("https://gateway.test"),
+            Stores::in_memory(),
+            SecretHasher::new([3; 32]),
+        )
+        .with_random(Arc::new(SeededRandom::new(7)))
+    }
+
+    #[tokio::test]
+    async fn a_registered_client_is_found_by_its_id_and_no_other() {
+        let gateway = gateway();
+        let registration = ClientRegistration::new("App", ["https://app.example/cb"]);
+        let (client, _) = gateway.register_client(registration).await.unwrap();
+        let found = gateway.find_client(&client.id).await.unwrap();
+        assert_eq!(
+            found.as_ref().map(|c| &c.name),
+            Some(&client.name),
+            "{found:?}"
+        );
+        let other = gateway
+            .find_client(&ClientId::new("cgci_other"))
+            .await
+            .unwrap();
+        assert!(other.is_none(), "{other:?}");
     }
 }
