@@ -41,12 +41,12 @@ pub struct PurgeReport {
 
 impl Gateway {
     /// Deletes what stopped being usable more than
-    /// [`GatewayConfig::purge_retention`] ago: expired authorization codes
+    /// [`GatewayConfig::purge_retention`](crate::config::GatewayConfig::purge_retention) ago: expired authorization codes
     /// and access tokens, rotated and expired refresh tokens, the refresh
     /// tokens of revoked grants, and expired idempotency claims. Events,
     /// accounts, clients, API keys and grants are kept.
     ///
-    /// Deletes in batches of [`GatewayConfig::purge_batch`], each a short
+    /// Deletes in batches of [`GatewayConfig::purge_batch`](crate::config::GatewayConfig::purge_batch), each a short
     /// statement of its own, until nothing is left, so that requests running
     /// beside it never wait long. A host calls it periodically (the example
     /// server: every ten minutes).

@@ -45,7 +45,7 @@ impl Gateway {
     ///
     /// # Errors
     /// [`ApiKeyError::LimitReached`] when the account already holds
-    /// [`GatewayConfig::max_api_keys_per_account`] keys, or the store's error.
+    /// [`GatewayConfig::max_api_keys_per_account`](crate::config::GatewayConfig::max_api_keys_per_account) keys, or the store's error.
     pub async fn issue_api_key(
         &self,
         account: AccountId,
@@ -82,7 +82,7 @@ impl Gateway {
     /// Takes effect at once on this gateway: from the next request on, even
     /// when a request that read the key before the switch is still in
     /// flight. Other gateways on the same store may accept a key switched
-    /// off for up to their [`GatewayConfig::api_key_cache_ttl`] (10 s by
+    /// off for up to their [`GatewayConfig::api_key_cache_ttl`](crate::config::GatewayConfig::api_key_cache_ttl) (10 s by
     /// default).
     ///
     /// # Errors
