@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::{RandomSource, random_uuid};
+use crate::random::{RandomSource, random_uuid};
 
 /// The identifier of an account.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -65,7 +65,7 @@ impl Account {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::SeededRandom;
+    use crate::random::SeededRandom;
 
     #[test]
     fn account_debug_hides_the_password_hash() {

@@ -5,12 +5,10 @@
 //! [`crate::Gateway::answer`] turns any of them into an [`HttpAnswer`], so a
 //! handler is always `gateway.answer(gateway.endpoint(&parts).await)`. The
 //! mapping of each error to its status, body and challenge sits beside the
-//! endpoint that returns it; the stores and the pure decisions know nothing
-//! of HTTP.
+//! endpoint that returns it ([`crate::StoreError`]'s beside it, in the store
+//! layer); the pure decisions know nothing of HTTP.
 
 use serde_json::{Value, json};
-
-use crate::StoreError;
 
 /// A result or error that has an HTTP answer.
 ///
@@ -57,30 +55,6 @@ impl<T: ToHttpAnswer + ?Sized> ToHttpAnswer for &T {
 impl ToHttpAnswer for HttpAnswer {
     fn to_http_answer(&self, _: &AnswerContext<'_>) -> HttpAnswer {
         self.clone()
-    }
-}
-
-/// A store failure, with a generic message so that no internal detail
-/// reaches a client. A backend failure is 503 `SERVICE_UNAVAILABLE` with
-/// `Retry-After`: nothing was acknowledged and a retry may succeed. Data the
-/// backend refused is 422 `UNPROCESSABLE_ENTITY` without `Retry-After`: a
-/// client that retried it would loop forever.
-impl ToHttpAnswer for StoreError {
-    fn to_http_answer(&self, _: &AnswerContext<'_>) -> HttpAnswer {
-        if self.is_retryable() {
-            HttpAnswer::error(
-                503,
-                "SERVICE_UNAVAILABLE",
-                "the service is temporarily unavailable, please retry",
-            )
-            .with_header("retry-after", "1")
-        } else {
-            HttpAnswer::error(
-                422,
-                "UNPROCESSABLE_ENTITY",
-                "the request holds a value the service cannot store",
-            )
-        }
     }
 }
 
@@ -168,6 +142,7 @@ impl HttpAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::error::StoreError;
 
     const CONTEXT: AnswerContext<'static> = AnswerContext {
         realm: "https://api.example/",

@@ -2,7 +2,10 @@
 
 use time::Duration;
 
-use crate::{ConversionLimits, LimiterFailure, RateLimits, RefreshPolicy};
+use crate::intake::rate_limit::LimiterFailure;
+use crate::intake::rate_limit::limit::RateLimits;
+use crate::intake::validator::limits::ConversionLimits;
+use crate::records::refresh_policy::RefreshPolicy;
 
 /// The service's configuration.
 #[derive(Clone, Debug)]

@@ -1,7 +1,8 @@
 //! Conversions to and from the `http` crate's types (feature `http`), for
 //! hosts on hyper, axum or any other stack built on them.
 
-use crate::{AnswerBody, HttpAnswer, RequestParts};
+use crate::answer::{AnswerBody, HttpAnswer};
+use crate::request::RequestParts;
 
 impl<'a> RequestParts<'a> {
     /// The parts the core reads, borrowed from an `http` request head and

@@ -142,56 +142,64 @@ pub use secret::{
     SecretHash, SecretHasher, SecretKind,
 };
 
+// The records the stores persist, below the stores, OAuth and intake.
+mod records;
+pub use records::api_key::{ApiKeyId, ApiKeyRecord};
+pub use records::client::{Client, ClientId, PreviousSecret};
+pub use records::event::{
+    EventPayload, EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel,
+    RecordOutcome, RecordedEvent,
+};
+pub use records::grant::{Grant, GrantId};
+pub use records::refresh_policy::RefreshPolicy;
+pub use records::tokens::{
+    AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
+};
+
 // The service: construction, and one method per endpoint.
 mod gateway;
 pub mod metrics;
-pub use gateway::{Gateway, PurgeReport, Readiness, Stores};
+pub use gateway::operations::{PurgeReport, Readiness};
+pub use gateway::{Gateway, Stores};
 
 // OAuth 2.0 for third-party applications.
 mod oauth;
 pub use oauth::bearer::BearerError;
-pub use oauth::client::{Client, ClientId, ClientRegistration, PreviousSecret};
+pub use oauth::client::ClientRegistration;
 pub use oauth::decisions::Caller;
 pub use oauth::dialog::{Approval, AuthorizationRequest, Denial, DialogError};
-pub use oauth::grant::{Grant, GrantId};
 pub use oauth::introspection::{ActiveToken, Introspection, TokenKind};
 pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp, is_registrable_redirect_uri};
 pub use oauth::metadata::{
     AUTHORIZATION_PATH, AuthorizationServerMetadata, INTROSPECTION_PATH, METADATA_PATH,
     REVOCATION_PATH, TOKEN_PATH,
 };
-pub use oauth::refresh_policy::RefreshPolicy;
 pub use oauth::revocation::{Revocation, RevocationError};
 pub use oauth::token_endpoint::TokenResponse;
 pub use oauth::token_error::TokenError;
-pub use oauth::tokens::{
-    AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
-};
 
 // Conversion intake: API keys, the validator, the event routes.
 mod intake;
-pub use intake::api_key::{ApiKeyError, ApiKeyId, ApiKeyRecord};
+pub use intake::api_key::ApiKeyError;
 pub use intake::endpoint::{IntakeError, IntakeReceipt, MAX_IDEMPOTENCY_KEY_LEN};
-pub use intake::event::{
-    EventPayload, EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel,
-    RecordOutcome, RecordedEvent,
-};
+pub use intake::rate_limit::answer::RateLimited;
+pub use intake::rate_limit::limit::{Limit, LimitParseError, RateLimits};
+pub use intake::rate_limit::memory::MemoryRateLimiter;
 #[cfg(feature = "redis")]
-pub use intake::rate_limit::RedisRateLimiter;
+pub use intake::rate_limit::redis::RedisRateLimiter;
 pub use intake::rate_limit::{
-    Admission, Charge, Limit, LimitKind, LimitParseError, LimiterError, LimiterFailure,
-    MemoryRateLimiter, RateLimited, RateLimiter, RateLimits,
+    Admission, Charge, LimitKind, LimiterError, LimiterFailure, RateLimiter,
 };
 pub use intake::validator::errors::{
     DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,
 };
 pub use intake::validator::event::ConversionEvent;
 pub use intake::validator::json_path::{JsonPath, PathSegment};
-pub use intake::validator::legal_bases::{
-    LegalBasis, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
-};
 pub use intake::validator::limits::{ConversionLimits, UnknownAttributes};
 pub use intake::validator::tags::Tags;
+pub use intake::validator::vocabulary::{
+    LegalBasis, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
+};
 pub use intake::validator::{validate_batch, validate_conversion};
 
 // Storage: the traits, memory, SQLite and PostgreSQL, the conformance suite.

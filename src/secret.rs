@@ -16,7 +16,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::RandomSource;
+use crate::random::RandomSource;
 
 /// Bytes of entropy in every generated secret (256 bits).
 pub const SECRET_ENTROPY_BYTES: usize = 32;
@@ -288,7 +288,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::SeededRandom;
+    use crate::random::SeededRandom;
 
     fn is_unreserved(c: char) -> bool {
         c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~')

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use ::axum::extract::{FromRef, FromRequestParts};
 use http::request::Parts;
 
-use crate::{Caller, Gateway, HttpAnswer};
+use crate::answer::HttpAnswer;
+use crate::gateway::Gateway;
+use crate::oauth::decisions::Caller;
 
 /// The account, application and grant of the request's bearer token
 /// (RFC 6750), for a host's own API routes:

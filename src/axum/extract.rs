@@ -7,8 +7,14 @@ use ::axum::body::{Body, Bytes};
 use ::axum::extract::{FromRef, FromRequest, Request};
 use http_body_util::LengthLimitError;
 
-use crate::axum::OAUTH_BODY_LIMIT;
-use crate::{Gateway, HttpAnswer, RequestParts, ValidationErrors};
+use crate::answer::HttpAnswer;
+use crate::gateway::Gateway;
+use crate::intake::validator::errors::ValidationErrors;
+use crate::request::RequestParts;
+
+/// The largest body of the token and revocation endpoints: a few short
+/// fields, so 16 KiB is generous.
+pub const OAUTH_BODY_LIMIT: usize = 16 * 1024;
 
 /// A request to the token or revocation endpoint: its head and its body,
 /// read up to [`OAUTH_BODY_LIMIT`] bytes.

@@ -39,9 +39,9 @@ mod respond;
 mod router;
 
 pub use bearer::Bearer;
-pub use extract::{EventRequest, OAuthRequest};
+pub use extract::{EventRequest, OAUTH_BODY_LIMIT, OAuthRequest};
 pub use respond::{json_errors, panic_as_json, plain_errors_as_json};
-pub use router::{OAUTH_BODY_LIMIT, REQUEST_TIMEOUT, router};
+pub use router::{REQUEST_TIMEOUT, router};
 
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@ use ::axum::middleware::Next;
 use ::axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 
-use crate::HttpAnswer;
+use crate::answer::HttpAnswer;
 
 /// The answer's status, headers and JSON body.
 impl IntoResponse for HttpAnswer {

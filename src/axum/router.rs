@@ -12,15 +12,12 @@ use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::axum::{EventRequest, OAuthRequest, cors, panic_as_json, plain_errors_as_json};
-use crate::{
-    Gateway, HttpAnswer, INTROSPECTION_PATH, METADATA_PATH, REVOCATION_PATH, TOKEN_PATH,
-    ToHttpAnswer,
-};
-
-/// The largest body of the token and revocation endpoints: a few short
-/// fields, so 16 KiB is generous.
-pub const OAUTH_BODY_LIMIT: usize = 16 * 1024;
+use crate::answer::{HttpAnswer, ToHttpAnswer};
+use crate::axum::cors;
+use crate::axum::extract::{EventRequest, OAuthRequest};
+use crate::axum::respond::{panic_as_json, plain_errors_as_json};
+use crate::gateway::Gateway;
+use crate::oauth::metadata::{INTROSPECTION_PATH, METADATA_PATH, REVOCATION_PATH, TOKEN_PATH};
 
 /// How long one request may take before it is answered 503 with
 /// `Retry-After`; it also bounds how long a graceful shutdown waits.

@@ -11,10 +11,14 @@ use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
 use super::*;
-use crate::{
-    Account, ClientRegistration, Gateway, GatewayConfig, ManualClock, RequestParts, SecretHasher,
-    SeededRandom, Stores,
-};
+use crate::account::Account;
+use crate::clock::ManualClock;
+use crate::config::GatewayConfig;
+use crate::gateway::{Gateway, Stores};
+use crate::oauth::client::ClientRegistration;
+use crate::random::SeededRandom;
+use crate::request::RequestParts;
+use crate::secret::SecretHasher;
 
 fn gateway(clock: Arc<ManualClock>) -> Arc<Gateway> {
     gateway_on(Stores::in_memory(), clock)
@@ -140,7 +144,8 @@ async fn oversized_bodies_are_refused_with_their_route_s_413() {
     )
     .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
-    let expected = crate::ValidationErrors::body_too_large(limit).to_body();
+    let expected =
+        crate::intake::validator::errors::ValidationErrors::body_too_large(limit).to_body();
     assert_eq!(body, expected, "the validator's own 413 body");
 
     // At the limit, the body reaches the core (which wants a bearer token).
@@ -268,11 +273,11 @@ struct BrokenSink {
 }
 
 #[async_trait::async_trait]
-impl crate::EventSink for BrokenSink {
+impl crate::store::EventSink for BrokenSink {
     async fn record(
         &self,
-        _: &crate::EventSubmission,
-    ) -> Result<crate::RecordOutcome, crate::StoreError> {
+        _: &crate::records::event::EventSubmission,
+    ) -> Result<crate::records::event::RecordOutcome, crate::store::error::StoreError> {
         if self.hangs {
             std::future::pending().await
         } else {
@@ -282,15 +287,15 @@ impl crate::EventSink for BrokenSink {
 
     async fn check_claim(
         &self,
-        _: &crate::IdempotencyClaim,
-    ) -> Result<Option<crate::RecordOutcome>, crate::StoreError> {
+        _: &crate::records::event::IdempotencyClaim,
+    ) -> Result<Option<crate::records::event::RecordOutcome>, crate::store::error::StoreError> {
         Ok(None)
     }
 
     async fn find_event(
         &self,
         _: uuid::Uuid,
-    ) -> Result<Option<crate::RecordedEvent>, crate::StoreError> {
+    ) -> Result<Option<crate::records::event::RecordedEvent>, crate::store::error::StoreError> {
         Ok(None)
     }
 
@@ -298,7 +303,7 @@ impl crate::EventSink for BrokenSink {
         &self,
         _: time::OffsetDateTime,
         _: usize,
-    ) -> Result<usize, crate::StoreError> {
+    ) -> Result<usize, crate::store::error::StoreError> {
         Ok(0)
     }
 }

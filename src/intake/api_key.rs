@@ -1,64 +1,13 @@
-//! API keys: the credential a website form embeds to send conversions.
-//!
-//! The key itself ([`crate::ApiKey`]) is a secret handed to the account
-//! owner once; only its keyed hash is stored, in an [`ApiKeyRecord`].
+//! API keys: the `Gateway` methods that issue, list and switch them, and
+//! why a key was not issued. The key's stored record, [`ApiKeyRecord`], is
+//! in [`crate::records::api_key`].
 
-use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
-use uuid::Uuid;
-
-use crate::{
-    AccountId, AnswerContext, ApiKey, HttpAnswer, RandomSource, SecretHash, SecretHasher,
-    StoreError, ToHttpAnswer, random_uuid,
-};
-
-/// The identifier of an API key (not the key itself).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ApiKeyId(pub Uuid);
-
-/// A stored API key: never the key, only its hash.
-///
-/// API keys never expire; an account has a few, each of which can be
-/// switched off and on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApiKeyRecord {
-    /// The identifier, for switching the key off and on.
-    pub id: ApiKeyId,
-    /// The account the key authenticates as.
-    pub account_id: AccountId,
-    /// The keyed hash of the key.
-    pub hash: SecretHash,
-    /// A label for the account owner ("website form").
-    pub label: String,
-    /// Whether the key is switched on.
-    pub active: bool,
-    /// When the key was created.
-    pub created_at: OffsetDateTime,
-}
-
-impl ApiKeyRecord {
-    /// Issues a new, active key for `account_id`: the record to store and the
-    /// key to hand to the account owner once.
-    pub fn issue(
-        account_id: AccountId,
-        label: impl Into<String>,
-        now: OffsetDateTime,
-        random: &dyn RandomSource,
-        hasher: &SecretHasher,
-    ) -> (ApiKeyRecord, ApiKey) {
-        let key = ApiKey::generate(random);
-        let record = ApiKeyRecord {
-            id: ApiKeyId(random_uuid(random)),
-            account_id,
-            hash: key.hash(hasher),
-            label: label.into(),
-            active: true,
-            created_at: now,
-        };
-        (record, key)
-    }
-}
+use crate::account::AccountId;
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::gateway::Gateway;
+use crate::records::api_key::{ApiKeyId, ApiKeyRecord};
+use crate::secret::ApiKey;
+use crate::store::error::StoreError;
 
 /// Why [`crate::Gateway::issue_api_key`] issued no key.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -90,24 +39,102 @@ impl ToHttpAnswer for ApiKeyError {
     }
 }
 
+impl Gateway {
+    /// Issues an API key for `account`: its record and the key itself, which
+    /// is not kept and must be handed to the account owner now.
+    ///
+    /// # Errors
+    /// [`ApiKeyError::LimitReached`] when the account already holds
+    /// [`GatewayConfig::max_api_keys_per_account`](crate::config::GatewayConfig::max_api_keys_per_account) keys, or the store's error.
+    pub async fn issue_api_key(
+        &self,
+        account: AccountId,
+        label: &str,
+    ) -> Result<(ApiKeyRecord, ApiKey), ApiKeyError> {
+        let (record, key) = ApiKeyRecord::issue(
+            account,
+            label,
+            self.clock.now(),
+            &*self.random,
+            &self.hasher,
+        );
+        let max = self.config.max_api_keys_per_account;
+        if self.stores.api_keys.insert_api_key(&record, max).await? {
+            Ok((record, key))
+        } else {
+            Err(ApiKeyError::LimitReached { max })
+        }
+    }
+
+    /// The API keys of `account`, switched on or off, oldest first: their
+    /// records (ids, labels, hashes), never the keys themselves, which are
+    /// not kept. For a host's settings page, beside
+    /// [`Gateway::set_api_key_active`].
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn list_api_keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.stores.api_keys.list_api_keys(account).await
+    }
+
+    /// Switches an API key off or back on. Returns whether it exists.
+    ///
+    /// Takes effect at once on this gateway: from the next request on, even
+    /// when a request that read the key before the switch is still in
+    /// flight. Other gateways on the same store may accept a key switched
+    /// off for up to their [`GatewayConfig::api_key_cache_ttl`](crate::config::GatewayConfig::api_key_cache_ttl) (10 s by
+    /// default).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn set_api_key_active(&self, id: ApiKeyId, active: bool) -> Result<bool, StoreError> {
+        let changed = self.stores.api_keys.set_api_key_active(id, active).await;
+        // Whatever the store answered, the next request asks it again. After
+        // the store's write: a lookup in flight that read the key before it
+        // finds the cache's generation changed, and caches nothing.
+        self.api_key_cache.forget(id);
+        changed
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::SeededRandom;
+    use std::sync::Arc;
 
-    #[test]
-    fn issued_api_key_is_stored_as_its_hash() {
-        let random = SeededRandom::new(2);
-        let hasher = SecretHasher::generate(&random);
-        let (record, key) = ApiKeyRecord::issue(
-            AccountId(Uuid::nil()),
-            "form",
-            OffsetDateTime::UNIX_EPOCH,
-            &random,
-            &hasher,
+    use super::*;
+    use crate::account::Account;
+    use crate::config::GatewayConfig;
+    use crate::gateway::Stores;
+    use crate::random::SeededRandom;
+    use crate::secret::SecretHasher;
+
+    fn gateway() -> Gateway {
+        Gateway::new(
+            GatewayConfig::new("https://gateway.test"),
+            Stores::in_memory(),
+            SecretHasher::new([3; 32]),
+        )
+        .with_random(Arc::new(SeededRandom::new(7)))
+    }
+
+    #[tokio::test]
+    async fn an_accounts_api_keys_are_listed_oldest_first_switched_off_included() {
+        let gateway = gateway();
+        let random = SeededRandom::new(9);
+        let account = Account::new("Shop", "owner@shop.example", &random);
+        gateway.create_account(&account).await.unwrap();
+        let (first, _) = gateway.issue_api_key(account.id, "form").await.unwrap();
+        let (second, _) = gateway.issue_api_key(account.id, "crm").await.unwrap();
+        assert!(gateway.set_api_key_active(first.id, false).await.unwrap());
+        let listed = gateway.list_api_keys(account.id).await.unwrap();
+        let summary: Vec<_> = listed.iter().map(|k| (k.id, k.active)).collect();
+        assert_eq!(
+            summary,
+            [(first.id, false), (second.id, true)],
+            "{listed:?}"
         );
-        assert_eq!(record.hash, key.hash(&hasher));
-        assert!(record.active);
-        assert!(!format!("{record:?}").contains(key.expose()));
+        let other = Account::new("Other", "other@shop.example", &random);
+        let none = gateway.list_api_keys(other.id).await.unwrap();
+        assert!(none.is_empty(), "{none:?}");
     }
 }

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use time::{Duration, OffsetDateTime};
 
 use crate::account::Account;
-use crate::intake::api_key::ApiKeyId;
+use crate::records::api_key::ApiKeyId;
 use crate::secret::SecretHash;
 
 /// The most keys the cache holds. Far more than the active keys of the

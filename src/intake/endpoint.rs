@@ -9,15 +9,25 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::account::Account;
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::gateway::Gateway;
 use crate::intake::api_key_cache::{KeyOwner, Lookup};
+use crate::intake::rate_limit::answer::RateLimited;
+use crate::intake::rate_limit::{Admission, Charge, LimitKind, LimiterFailure};
+use crate::intake::validator::errors::ValidationErrors;
+use crate::intake::validator::event::ConversionEvent;
+use crate::intake::validator::{validate_batch, validate_conversion};
+use crate::oauth::bearer::BearerError;
 use crate::random::time_ordered_uuid;
-use crate::request::{MediaType, Params, media_type};
-use crate::{
-    Account, Admission, AnswerContext, ApiKey, BearerError, Charge, ConversionEvent,
-    EventSubmission, Gateway, HttpAnswer, IdempotencyClaim, IdempotencyScope, IntakeChannel,
-    LimitKind, LimiterFailure, RateLimited, RecordOutcome, RecordedEvent, RequestParts, StoreError,
-    ToHttpAnswer, ValidationErrors, validate_batch, validate_conversion,
+use crate::records::event::{
+    EventSubmission, IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordOutcome,
+    RecordedEvent,
 };
+use crate::request::RequestParts;
+use crate::request::{MediaType, Params, media_type};
+use crate::secret::ApiKey;
+use crate::store::error::StoreError;
 
 /// The longest `Idempotency-Key` accepted, in bytes.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
@@ -637,7 +647,7 @@ mod tests {
 
     #[test]
     fn dropped_paths_in_a_batch_name_their_event() {
-        let limits = crate::ConversionLimits::default();
+        let limits = crate::intake::validator::limits::ConversionLimits::default();
         let body = br#"[{"event_type":"CONVERSION","event_family":"CDP","payload":{"conversion_identifier":"a","email":"a@example.com"}},
             {"event_type":"CONVERSION","event_family":"CDP","payload":{"conversion_identifier":"b","email":"b@example.com","color":"teal"}}]"#;
         let events = validate_batch(body, &[], &limits).unwrap();

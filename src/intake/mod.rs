@@ -12,7 +12,8 @@
 //! 3. Charge the events against the deployment's limits ([`rate_limit`]:
 //!    per lead, per account, per credential), all at once or not at all.
 //! 4. Record through the [`crate::EventSink`] with the request's
-//!    `Idempotency-Key`, if any, in one atomic operation ([`event`]): a
+//!    `Idempotency-Key`, if any, in one atomic operation (the records in
+//!    [`crate::records::event`]): a
 //!    retry is answered with the first request's `event_uuid`s, a reused key
 //!    with another body is refused.
 //! 5. Answer the [`crate::IntakeReceipt`] (`event_uuid`, or the batch's).
@@ -23,6 +24,5 @@
 pub(crate) mod api_key;
 pub(crate) mod api_key_cache;
 pub(crate) mod endpoint;
-pub(crate) mod event;
 pub mod rate_limit;
 pub(crate) mod validator;

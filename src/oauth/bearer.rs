@@ -3,9 +3,13 @@
 
 use serde_json::json;
 
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::gateway::Gateway;
+use crate::oauth::decisions::Caller;
 use crate::oauth::decisions::{AccessRefusal, check_access_token};
 use crate::request::{HeaderCredentials, parse_authorization};
-use crate::{AccessToken, AnswerContext, Caller, Gateway, HttpAnswer, StoreError, ToHttpAnswer};
+use crate::secret::AccessToken;
+use crate::store::error::StoreError;
 
 /// Why a bearer token did not authenticate.
 #[derive(Clone, Debug, thiserror::Error)]

@@ -1,8 +1,11 @@
 //! Client authentication at the token and revocation endpoints (RFC 6749
 //! section 2.3.1): HTTP Basic or `client_id`/`client_secret` in the body.
 
+use crate::gateway::Gateway;
+use crate::oauth::token_error::TokenError;
+use crate::records::client::{Client, ClientId};
 use crate::request::{HeaderCredentials, Params, ParamsError, parse_authorization};
-use crate::{Client, ClientId, ClientSecret, Gateway, TokenError};
+use crate::secret::ClientSecret;
 
 /// Client credentials as presented, and whether they came by HTTP Basic.
 pub(crate) struct PresentedClient {

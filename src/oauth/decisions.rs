@@ -10,11 +10,15 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use time::OffsetDateTime;
 
-use crate::{
-    AccessToken, AccessTokenRecord, AccountId, ClientId, CodeRecord, GatewayConfig, GrantId,
-    PkceChallenge, RefreshPolicy, RefreshState, RefreshToken, RefreshTokenRecord, SecretHash,
-    SecretHasher,
+use crate::account::AccountId;
+use crate::config::GatewayConfig;
+use crate::records::client::ClientId;
+use crate::records::grant::GrantId;
+use crate::records::refresh_policy::RefreshPolicy;
+use crate::records::tokens::{
+    AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
 };
+use crate::secret::{AccessToken, RefreshToken, SecretHash, SecretHasher};
 
 /// The account, application and grant a token acts for: who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -272,7 +276,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::SeededRandom;
+    use crate::random::SeededRandom;
 
     const NOW: OffsetDateTime = datetime!(2026-01-01 00:00:00 UTC);
 

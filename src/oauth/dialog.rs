@@ -9,12 +9,17 @@
 
 use serde_json::json;
 
+use crate::account::AccountId;
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::gateway::Gateway;
 use crate::oauth::decisions::is_pkce_value;
+use crate::random::random_uuid;
+use crate::records::client::{Client, ClientId};
+use crate::records::grant::{Grant, GrantId};
+use crate::records::tokens::{CodeRecord, PkceChallenge};
 use crate::request::Params;
-use crate::{
-    AccountId, AnswerContext, AuthorizationCode, Client, ClientId, CodeRecord, Gateway, Grant,
-    GrantId, HttpAnswer, PkceChallenge, StoreError, ToHttpAnswer, random_uuid,
-};
+use crate::secret::AuthorizationCode;
+use crate::store::error::StoreError;
 
 /// A validated authorization request: the application is registered and
 /// the redirect URI is one of its own, so answers may be sent there.

@@ -5,15 +5,19 @@
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
+use crate::account::AccountId;
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::gateway::Gateway;
 use crate::oauth::client_auth::{PresentedClient, params_error, presented_client};
 use crate::oauth::decisions::{
     AccessRefusal, RefreshDecision, check_access_token, check_refresh_token, decide_refresh,
 };
+use crate::oauth::token_error::TokenError;
+use crate::records::client::ClientId;
+use crate::records::grant::GrantId;
 use crate::request::Params;
-use crate::{
-    AccessToken, AccountId, AnswerContext, ClientId, ClientSecret, Gateway, GrantId, HttpAnswer,
-    RefreshToken, RequestParts, SecretHash, ToHttpAnswer, TokenError,
-};
+use crate::request::RequestParts;
+use crate::secret::{AccessToken, ClientSecret, RefreshToken, SecretHash};
 
 /// Credentials of one of the platform's own services (a resource server),
 /// allowed to introspect any token, whichever application it was issued

@@ -5,7 +5,12 @@
 
 use time::OffsetDateTime;
 
-use crate::{AccountId, ClientId, ClientSecret, Gateway, GrantId, StoreError};
+use crate::account::AccountId;
+use crate::gateway::Gateway;
+use crate::records::client::ClientId;
+use crate::records::grant::GrantId;
+use crate::secret::ClientSecret;
+use crate::store::error::StoreError;
 
 /// An application an account has authorized, for the account's settings
 /// page: one grant, with the application's name.

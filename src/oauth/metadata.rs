@@ -5,7 +5,8 @@
 use serde::Serialize;
 use serde_json::json;
 
-use crate::{AnswerContext, Gateway, HttpAnswer, ToHttpAnswer};
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::gateway::Gateway;
 
 /// The path of the authorization dialog (the spec's `{base_url}/auth/dialog`;
 /// the page itself is the host's).
@@ -94,7 +95,9 @@ impl Gateway {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{GatewayConfig, SecretHasher, Stores};
+    use crate::config::GatewayConfig;
+    use crate::gateway::Stores;
+    use crate::secret::SecretHasher;
 
     #[test]
     fn the_metadata_names_every_endpoint_under_the_base_url() {

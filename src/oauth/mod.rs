@@ -30,21 +30,19 @@
 //! Every endpoint loads what it needs, asks a pure function of
 //! [`decisions`] what is allowed (no clock, random source or store there),
 //! and persists the outcome through [`crate::TokenStore`] in one atomic
-//! operation. The records it keeps are in [`client`], [`grant`] and
-//! [`tokens`]; no secret is ever stored, only its keyed hash.
+//! operation. The records it keeps (clients, grants, codes and tokens) are
+//! in [`crate::records`], below this module and the stores; no secret is
+//! ever stored, only its keyed hash.
 
 pub(crate) mod bearer;
 pub(crate) mod client;
 pub(crate) mod client_auth;
 pub(crate) mod decisions;
 pub(crate) mod dialog;
-pub(crate) mod grant;
 pub(crate) mod introspection;
 pub(crate) mod lifecycle;
 pub(crate) mod metadata;
 pub(crate) mod refresh;
-pub(crate) mod refresh_policy;
 pub(crate) mod revocation;
 pub(crate) mod token_endpoint;
 pub(crate) mod token_error;
-pub(crate) mod tokens;

@@ -3,13 +3,19 @@
 //! the outcome in one store operation: rotate, hand out the successor again,
 //! keep the token, or revoke the grant on reuse.
 
+use crate::gateway::Gateway;
+use crate::oauth::decisions::Caller;
 use crate::oauth::decisions::{
     RefreshDecision, check_refresh_token, decide_refresh, is_active, refresh_token_record,
 };
-use crate::{
-    Caller, Client, Gateway, GrantId, RefreshToken, RefreshTokenRecord, Rotation, SecretHash,
-    StoreError, TokenError, TokenResponse,
-};
+use crate::oauth::token_endpoint::TokenResponse;
+use crate::oauth::token_error::TokenError;
+use crate::records::client::Client;
+use crate::records::grant::GrantId;
+use crate::records::tokens::RefreshTokenRecord;
+use crate::secret::{RefreshToken, SecretHash};
+use crate::store::Rotation;
+use crate::store::error::StoreError;
 
 impl Gateway {
     /// The refresh grant for `client`, which presented `presented`.

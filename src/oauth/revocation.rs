@@ -2,12 +2,16 @@
 
 use serde_json::json;
 
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::gateway::Gateway;
+use crate::oauth::bearer::BearerError;
 use crate::oauth::client_auth::{params_error, presented_client};
+use crate::oauth::token_error::TokenError;
+use crate::records::client::ClientId;
+use crate::records::grant::GrantId;
 use crate::request::Params;
-use crate::{
-    AccessToken, AnswerContext, BearerError, ClientId, Gateway, GrantId, HttpAnswer, RefreshToken,
-    RequestParts, ToHttpAnswer, TokenError,
-};
+use crate::request::RequestParts;
+use crate::secret::{AccessToken, RefreshToken};
 
 /// Why a revocation request was refused.
 #[derive(Clone, Debug, thiserror::Error)]

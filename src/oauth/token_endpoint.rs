@@ -7,15 +7,21 @@
 
 use serde_json::json;
 
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::gateway::Gateway;
 use crate::oauth::client_auth::{params_error, presented_client};
+use crate::oauth::decisions::Caller;
 use crate::oauth::decisions::{
     CodeRefusal, access_token_record, check_code_exchange, refresh_token_record,
 };
+use crate::oauth::token_error::TokenError;
+use crate::records::client::Client;
+use crate::records::grant::GrantId;
+use crate::records::tokens::AccessTokenRecord;
 use crate::request::Params;
-use crate::{
-    AccessToken, AccessTokenRecord, AnswerContext, AuthorizationCode, Caller, Client, CodeLookup,
-    CodeTake, Gateway, GrantId, HttpAnswer, RefreshToken, RequestParts, ToHttpAnswer, TokenError,
-};
+use crate::request::RequestParts;
+use crate::secret::{AccessToken, AuthorizationCode, RefreshToken};
+use crate::store::{CodeLookup, CodeTake};
 
 /// A successful token answer.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use crate::{AnswerContext, HttpAnswer, StoreError, ToHttpAnswer};
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::store::error::StoreError;
 
 /// Why the token endpoint refused a request.
 ///

@@ -3,6 +3,8 @@
 use std::error::Error;
 use std::sync::Arc;
 
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
+
 /// A storage failure.
 ///
 /// Not finding a record is not an error (that is `Ok(None)`); this is the
@@ -64,6 +66,32 @@ impl StoreError {
         match self {
             StoreError::Backend { .. } | StoreError::Duplicate { .. } => true,
             StoreError::Rejected { .. } => false,
+        }
+    }
+}
+
+// Beside the error, as every error's answer is: `answer` is a shared type
+// below the stores, so the stores still import nothing above them.
+/// A store failure, with a generic message so that no internal detail
+/// reaches a client. A backend failure is 503 `SERVICE_UNAVAILABLE` with
+/// `Retry-After`: nothing was acknowledged and a retry may succeed. Data the
+/// backend refused is 422 `UNPROCESSABLE_ENTITY` without `Retry-After`: a
+/// client that retried it would loop forever.
+impl ToHttpAnswer for StoreError {
+    fn to_http_answer(&self, _: &AnswerContext<'_>) -> HttpAnswer {
+        if self.is_retryable() {
+            HttpAnswer::error(
+                503,
+                "SERVICE_UNAVAILABLE",
+                "the service is temporarily unavailable, please retry",
+            )
+            .with_header("retry-after", "1")
+        } else {
+            HttpAnswer::error(
+                422,
+                "UNPROCESSABLE_ENTITY",
+                "the request holds a value the service cannot store",
+            )
         }
     }
 }

@@ -6,7 +6,8 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::{RecordedEvent, StoreError};
+use crate::records::event::RecordedEvent;
+use crate::store::error::StoreError;
 
 /// Where a consumer is in the feed: opaque text that a store writes and
 /// reads back, safe to keep in a file or a column. [`FeedCursor::start`] is

@@ -16,13 +16,21 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use self::event_log::{EventLog, StoredEvent};
+use crate::account::{Account, AccountId};
+use crate::records::api_key::{ApiKeyId, ApiKeyRecord};
+use crate::records::client::{Client, ClientId, PreviousSecret};
+use crate::records::event::{
+    EventSubmission, IdempotencyClaim, IdempotencyScope, RecordOutcome, RecordedEvent,
+};
+use crate::records::grant::{Grant, GrantId};
+use crate::records::tokens::{AccessTokenRecord, CodeRecord, RefreshState, RefreshTokenRecord};
+use crate::secret::SecretHash;
+use crate::store::error::StoreError;
 use crate::store::feed::position;
-use crate::{
-    AccessTokenRecord, Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore,
-    Client, ClientId, ClientRegistry, CodeLookup, CodeRecord, CodeTake, EventFeed, EventSink,
-    EventSubmission, FeedCursor, FeedPage, Grant, GrantId, IdempotencyClaim, IdempotencyScope,
-    PreviousSecret, RecordOutcome, RecordedEvent, RefreshState, RefreshTokenRecord, Rotation,
-    SecretHash, StoreError, TokenStore,
+use crate::store::feed::{EventFeed, FeedCursor, FeedPage};
+use crate::store::{
+    AccountStore, ApiKeyStore, ClientRegistry, CodeLookup, CodeTake, EventSink, Rotation,
+    TokenStore,
 };
 
 /// Locks a mutex, ignoring poisoning: every critical section below leaves

@@ -40,11 +40,14 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{
-    AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeRecord,
-    EventSubmission, Grant, GrantId, IdempotencyClaim, RecordOutcome, RecordedEvent,
-    RefreshTokenRecord, SecretHash, StoreError,
-};
+use crate::account::{Account, AccountId};
+use crate::records::api_key::{ApiKeyId, ApiKeyRecord};
+use crate::records::client::{Client, ClientId};
+use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
+use crate::records::grant::{Grant, GrantId};
+use crate::records::tokens::{AccessTokenRecord, CodeRecord, RefreshTokenRecord};
+use crate::secret::SecretHash;
+use crate::store::error::StoreError;
 
 /// What [`TokenStore::find_code`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]

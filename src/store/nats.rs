@@ -28,11 +28,11 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
+use crate::store::EventSink;
+use crate::store::error::StoreError;
 use crate::store::feed::ForeignCursor;
-use crate::{
-    EventFeed, EventSink, EventSubmission, FeedCursor, FeedPage, IdempotencyClaim, RecordOutcome,
-    RecordedEvent, StoreError,
-};
+use crate::store::feed::{EventFeed, FeedCursor, FeedPage};
 
 /// The header that holds a submission's idempotency fingerprint (hex).
 const FINGERPRINT: &str = "Cg-Fingerprint";

@@ -4,9 +4,10 @@
 use serde_json::json;
 use time::Duration;
 
-use crate::{AnswerContext, HttpAnswer, ToHttpAnswer};
+use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
 
-use super::{Limit, LimitKind};
+use super::LimitKind;
+use super::limit::Limit;
 
 /// A request refused because it would exceed a limit; nothing of it was
 /// recorded.

@@ -90,7 +90,7 @@ struct Counters {
 
 /// Counts in this process's memory: one instance's exact limits. Several
 /// instances behind a load balancer each count their own share; they need
-/// a shared limiter such as [`super::RedisRateLimiter`].
+/// a shared limiter such as [`RedisRateLimiter`](crate::RedisRateLimiter).
 ///
 /// Holds at most [`max_tracked`](Self::max_tracked) counters,
 /// [`DEFAULT_MAX_TRACKED`](Self::DEFAULT_MAX_TRACKED) unless

@@ -1,7 +1,7 @@
 //! Fair use: how many events a lead, an account or a credential may send
 //! in a period, and the limiters that count them.
 //!
-//! Three limits, each `max` events per `period` ([`RateLimits`]): per lead
+//! Three limits, each `max` events per `period` ([`RateLimits`](limit::RateLimits)): per lead
 //! (one contact e-mail of one account; on by default at the real service's
 //! 120 per 24 hours), per account and per credential (one API key, one
 //! application; both off by default). A request is charged one unit per
@@ -16,20 +16,16 @@
 //! first charge and lasts `period`; a refused request is told how long
 //! until its window ends (`Retry-After`).
 
-mod answer;
-mod limit;
-mod memory;
+pub(crate) mod answer;
+pub(crate) mod limit;
+pub(crate) mod memory;
 #[cfg(feature = "redis")]
-mod redis;
+pub(crate) mod redis;
 
 use async_trait::async_trait;
 use time::{Duration, OffsetDateTime};
 
-pub use answer::RateLimited;
-pub use limit::{Limit, LimitParseError, RateLimits};
-pub use memory::MemoryRateLimiter;
-#[cfg(feature = "redis")]
-pub use redis::RedisRateLimiter;
+use limit::Limit;
 
 /// Which of the three limits a charge counts against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

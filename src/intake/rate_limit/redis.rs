@@ -232,7 +232,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::LimitKind;
+    use crate::intake::rate_limit::LimitKind;
 
     /// Log lines written by a `tracing` subscriber, for the test to read.
     #[derive(Clone, Default)]
@@ -272,7 +272,7 @@ mod tests {
         let limiter = RedisRateLimiter::new("redis://:secret@127.0.0.1:1").expect("a URL");
         let charge = Charge {
             kind: LimitKind::Lead,
-            limit: crate::Limit::new(1, Duration::minutes(1)),
+            limit: crate::intake::rate_limit::limit::Limit::new(1, Duration::minutes(1)),
             key: "k".to_owned(),
             subject: "k".to_owned(),
             cost: 1,

@@ -5,13 +5,11 @@
 use std::borrow::Cow;
 
 use super::choice::{Choice, Chosen};
-use super::custom_fields::CustomFields;
 use super::errors::{DataType, ErrorCollector, ErrorType, ValidationRules};
 use super::json_path::JsonPath;
 use super::limits::ConversionLimits;
-use super::membership::HashedSet;
-use super::payload::Field;
-use super::unknown::Scope;
+use super::membership::{CustomFields, HashedSet};
+use super::vocabulary::{Field, Scope};
 
 /// State shared by the readers of one validation; `'a` is the body's.
 pub(super) struct Ctx<'l, 'a> {

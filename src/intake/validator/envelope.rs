@@ -5,30 +5,15 @@
 //! event", `event_family` "only `CDP` is accepted", and the three members are
 //! required.
 
-use super::choice::{Chosen, choice};
+use super::choice::Chosen;
 use super::context::{Ctx, Shaped};
 use super::errors::{DataType, ErrorType, ValidationRules};
 use super::event::ConversionEvent;
 use super::json_path::JsonPath;
 use super::lexer::{Lexer, Scan};
 use super::payload::read_payload;
-use super::unknown::{Scope, read_unknown_attribute};
-
-/// The only accepted `event_type` (spec: "Must be `CONVERSION` for this event").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum EventType {
-    /// `CONVERSION`.
-    Conversion,
-}
-choice!(EventType { Conversion => "CONVERSION" });
-
-/// The only accepted `event_family` (spec: "Only `CDP` is accepted").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum EventFamily {
-    /// `CDP`.
-    Cdp,
-}
-choice!(EventFamily { Cdp => "CDP" });
+use super::unknown::read_unknown_attribute;
+use super::vocabulary::{EventFamily, EventType, Scope};
 
 /// Top-level members of an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

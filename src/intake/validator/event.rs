@@ -7,16 +7,15 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
-use crate::intake::event::EventPayload;
+use crate::records::event::EventPayload;
 
-use super::custom_fields::CUSTOM_PREFIX;
-use super::envelope::{EventFamily, EventType};
 use super::json_path::JsonPath;
-use super::legal_bases::LegalBasis;
 use super::member_order;
-use super::payload::{FIELD_NAMES, Field, STRING_FIELDS};
 use super::tags::Tags;
-use super::unknown::{DroppedAttributes, Scope};
+use super::unknown::DroppedAttributes;
+use super::vocabulary::{
+    CUSTOM_PREFIX, EventFamily, EventType, FIELD_NAMES, Field, LegalBasis, STRING_FIELDS, Scope,
+};
 
 /// A conversion event that passed [`validate_conversion`](crate::validate_conversion), borrowing its
 /// strings from the request body.

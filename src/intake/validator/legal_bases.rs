@@ -2,81 +2,13 @@
 //! `category`, a `type` and (with type `consent`) a `status`; the typed
 //! [`LegalBasis`] it yields.
 
-use super::choice::{Chosen, choice};
+use super::choice::Chosen;
 use super::context::{Ctx, Shaped};
 use super::errors::{DataType, ErrorType, ValidationRules};
 use super::event::ConversionEvent;
 use super::lexer::{Lexer, Scalar, Scan};
-use super::payload::Field;
-use super::unknown::{DroppedAttributes, Scope, read_unknown_attribute};
-
-/// The `category` of a legal basis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LegalBasisCategory {
-    /// `communications`: consent to receive e-mails and other messages.
-    Communications,
-    /// `data_processing`: grounds for processing the contact's data.
-    DataProcessing,
-}
-
-/// The `type` of a legal basis (named `kind` here, `type` being a keyword).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LegalBasisType {
-    /// `consent`; a `status` is then required.
-    Consent,
-    /// `pre_existent_contract`.
-    PreExistentContract,
-    /// `legitimate_interest`.
-    LegitimateInterest,
-    /// `judicial_process`.
-    JudicialProcess,
-    /// `vital_interest`.
-    VitalInterest,
-    /// `public_interest`.
-    PublicInterest,
-}
-
-/// The `status` of a legal basis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LegalBasisStatus {
-    /// `granted`.
-    Granted,
-    /// `declined`.
-    Declined,
-}
-
-/// One validated element of `legal_bases`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct LegalBasis {
-    /// The `category` member.
-    pub category: LegalBasisCategory,
-    /// The `type` member.
-    pub kind: LegalBasisType,
-    /// The `status` member; always present when `kind` is
-    /// [`LegalBasisType::Consent`], and kept when sent with another type.
-    pub status: Option<LegalBasisStatus>,
-}
-
-choice!(LegalBasisCategory {
-    Communications => "communications",
-    DataProcessing => "data_processing",
-});
-choice!(LegalBasisType {
-    Consent => "consent",
-    PreExistentContract => "pre_existent_contract",
-    LegitimateInterest => "legitimate_interest",
-    JudicialProcess => "judicial_process",
-    VitalInterest => "vital_interest",
-    PublicInterest => "public_interest",
-});
-choice!(LegalBasisStatus {
-    Granted => "granted",
-    Declined => "declined",
-});
+use super::unknown::{DroppedAttributes, read_unknown_attribute};
+use super::vocabulary::{Field, LegalBasis, LegalBasisType, Scope};
 
 /// Members of a legal-basis object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,8 +9,7 @@
 
 use std::sync::LazyLock;
 
-use super::custom_fields::CUSTOM_PREFIX;
-use super::payload::FIELD_NAMES;
+use super::vocabulary::{CUSTOM_PREFIX, FIELD_NAMES};
 
 /// The standard members' indices in [`FIELD_NAMES`], sorted by name, and
 /// how many sort before the custom fields.

@@ -5,15 +5,16 @@
 //! - [`SmallSet`]: searched while it holds a few members, hashed past that,
 //!   so that the common case (a handful of tags) allocates nothing;
 //! - [`HashedSet`]: hashed from the start, each key once;
-//! - [`PositionSet`]: a bit per position in a list known in advance.
+//! - [`PositionSet`]: a bit per position in a list known in advance;
+//! - [`CustomFields`]: the account's custom fields, searched by name.
 //!
 //! Hashing is SipHash under random keys (the standard library's
 //! `RandomState`): the members come from the request, and a hash an attacker
 //! could predict would let them fill one bucket and bring the quadratic cost
 //! back.
 
-use std::collections::HashSet;
 use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use smallvec::SmallVec;
@@ -172,6 +173,60 @@ impl PositionSet {
     }
 }
 
+/// Account custom-field lists up to this long are always searched linearly:
+/// a search costs no more than hashing the name would.
+const LINEAR_CUSTOM_FIELDS: usize = 16;
+
+/// The names of the account's custom fields, without the `cf_` prefix,
+/// searched linearly until that costs more than hashing them once.
+pub(super) struct CustomFields<'l> {
+    /// The names, as the host gave them.
+    names: &'l [&'l str],
+    /// The position of each name in `names`, once built; see
+    /// [`CustomFields::position`].
+    index: Option<HashMap<&'l str, usize>>,
+    /// Names compared by linear searches of `names` so far.
+    compared: usize,
+}
+
+impl<'l> CustomFields<'l> {
+    /// The account's custom fields `names`, not yet searched.
+    pub(super) fn new(names: &'l [&'l str]) -> Self {
+        CustomFields {
+            names,
+            index: None,
+            compared: 0,
+        }
+    }
+
+    /// The position of `name` (without its `cf_` prefix) among the account's
+    /// custom fields (the first, should the account list it twice).
+    pub(super) fn position(&mut self, name: &str) -> Option<usize> {
+        if let Some(index) = &self.index {
+            return index.get(name).copied();
+        }
+        let fields = self.names;
+        // One linear search per `cf_` member would cost members times fields
+        // (25,000 made-up `cf_` names against 1,000 fields: 25 million
+        // comparisons). Once the searches have compared four times as many
+        // names as the account has, hash them all: a validation then costs at
+        // most five passes over the list plus one lookup per member, and a
+        // typical event with a few custom fields never builds the index.
+        if fields.len() > LINEAR_CUSTOM_FIELDS && self.compared >= 4 * fields.len() {
+            let mut index = HashMap::with_capacity(fields.len());
+            for (position, field) in fields.iter().enumerate() {
+                index.entry(*field).or_insert(position);
+            }
+            let found = index.get(name).copied();
+            self.index = Some(index);
+            return found;
+        }
+        let found = fields.iter().position(|field| *field == name);
+        self.compared += found.map_or(fields.len(), |position| position + 1);
+        found
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,5 +282,42 @@ mod tests {
         let mut hasher = PassHash.build_hasher();
         hasher.write(&[1, 2]);
         assert_eq!(hasher.finish(), 0x0102);
+    }
+
+    #[test]
+    fn custom_field_searches_stop_once_they_cost_a_few_passes() {
+        let names: Vec<String> = (0..1000).map(|i| format!("f{i}")).collect();
+        let account: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut fields = CustomFields::new(&account);
+        // 20,000 lookups of names the account does not have, then real ones:
+        // a linear search each would compare 20 million names.
+        for i in 0..20_000 {
+            assert_eq!(fields.position(&format!("x{i}")), None);
+        }
+        assert!(fields.index.is_some(), "the names were never indexed");
+        assert!(
+            fields.compared <= 5 * account.len(),
+            "{} names compared",
+            fields.compared
+        );
+        assert_eq!(fields.position("f0"), Some(0));
+        assert_eq!(fields.position("f999"), Some(999));
+        // A small account is always searched, never indexed.
+        let small = ["plan", "segment", "plan"];
+        let mut fields = CustomFields::new(&small);
+        for _ in 0..1000 {
+            assert_eq!(fields.position("plan"), Some(0));
+            assert_eq!(fields.position("nope"), None);
+        }
+        assert!(fields.index.is_none());
+        // An indexed account named twice keeps the first position.
+        let mut twice = account.clone();
+        twice.push("f5");
+        let mut fields = CustomFields::new(&twice);
+        for _ in 0..10 {
+            fields.position("nope");
+        }
+        assert!(fields.index.is_some());
+        assert_eq!(fields.position("f5"), Some(5));
     }
 }

@@ -12,8 +12,8 @@ use super::errors::{DataType, ErrorType, ValidationRules};
 use super::json_path::JsonPath;
 use super::lexer::{JsonStr, Lexer, Scan};
 use super::membership::SmallSet;
-use super::payload::Field;
 use super::string_rules::{is_blank, is_too_long, unescaped_refused_control};
+use super::vocabulary::Field;
 
 /// Iterator over the tags of a [`ConversionEvent`](crate::ConversionEvent); see
 /// [`ConversionEvent::tags`](crate::ConversionEvent::tags).

@@ -15,21 +15,11 @@ use super::context::Ctx;
 use super::errors::{ErrorType, ValidationRules};
 use super::lexer::{Lexer, Scan};
 use super::limits::UnknownAttributes;
+use super::vocabulary::Scope;
 
 /// Dropped attributes an event may have before their names are hashed
 /// rather than searched.
 const LINEAR_DROPPED: usize = 8;
-
-/// Where an attribute that was accepted and dropped sat.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum Scope {
-    /// The event object itself.
-    Event,
-    /// `payload`.
-    Payload,
-    /// The legal-basis object at this index of `legal_bases`.
-    LegalBasis(u32),
-}
 
 /// One attribute accepted and dropped.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,10 +4,13 @@
 
 use time::Duration;
 
-use crate::{
-    Account, AccountId, AccountStore, ApiKeyRecord, ApiKeyStore, Client, ClientId, ClientRegistry,
-    ClientSecret, OsRandom, PreviousSecret, RefreshPolicy, random_uuid,
-};
+use crate::account::{Account, AccountId};
+use crate::random::{OsRandom, random_uuid};
+use crate::records::api_key::ApiKeyRecord;
+use crate::records::client::{Client, ClientId, PreviousSecret};
+use crate::records::refresh_policy::RefreshPolicy;
+use crate::secret::ClientSecret;
+use crate::store::{AccountStore, ApiKeyStore, ClientRegistry};
 
 use super::fixtures::{base_time, hasher};
 
@@ -302,7 +305,10 @@ pub(super) async fn check_api_keys(store: &dyn ApiKeyStore) -> (AccountId, ApiKe
     );
     assert!(
         !store
-            .set_api_key_active(crate::ApiKeyId(random_uuid(&OsRandom)), true)
+            .set_api_key_active(
+                crate::records::api_key::ApiKeyId(random_uuid(&OsRandom)),
+                true
+            )
             .await
             .expect("x")
     );

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use time::Duration;
 use uuid::Uuid;
 
-use crate::{
-    AccountId, ApiKeyRecord, ApiKeyStore, CodeTake, EventSink, EventSubmission, OsRandom,
-    RecordOutcome, Rotation, random_uuid,
-};
+use crate::account::AccountId;
+use crate::random::{OsRandom, random_uuid};
+use crate::records::api_key::ApiKeyRecord;
+use crate::records::event::{EventSubmission, RecordOutcome};
+use crate::store::{ApiKeyStore, CodeTake, EventSink, Rotation};
 
 use super::fixtures::{
     RACERS, base_time, claim, hasher, new_access, new_code, new_event, new_grant, new_refresh,
@@ -19,7 +20,7 @@ use super::fixtures::{
 
 /// Of many callers taking one code at once, exactly one takes it; the
 /// others learn its grant.
-pub(super) async fn check_concurrent_code_take(store: Arc<dyn crate::TokenStore>) {
+pub(super) async fn check_concurrent_code_take(store: Arc<dyn crate::store::TokenStore>) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let code = new_code(&grant);
@@ -45,7 +46,7 @@ pub(super) async fn check_concurrent_code_take(store: Arc<dyn crate::TokenStore>
 /// Of many callers rotating one refresh token at once, exactly one
 /// rotates it; the others learn the winner's successor, and only the
 /// winner's tokens are stored.
-pub(super) async fn check_concurrent_rotation(store: Arc<dyn crate::TokenStore>) {
+pub(super) async fn check_concurrent_rotation(store: Arc<dyn crate::store::TokenStore>) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let token = new_refresh(&grant);
@@ -116,7 +117,7 @@ pub(super) async fn check_concurrent_rotation(store: Arc<dyn crate::TokenStore>)
 
 /// Of many callers redeeming one code at once, exactly one redeems it,
 /// and only the winner's two tokens are stored.
-pub(super) async fn check_concurrent_redemption(store: Arc<dyn crate::TokenStore>) {
+pub(super) async fn check_concurrent_redemption(store: Arc<dyn crate::store::TokenStore>) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let code = new_code(&grant);

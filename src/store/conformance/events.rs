@@ -4,10 +4,12 @@
 
 use time::Duration;
 
-use crate::{
-    AccountId, ApiKeyId, ClientId, EventSink, EventSubmission, IdempotencyClaim, IdempotencyScope,
-    OsRandom, RecordOutcome, random_uuid,
-};
+use crate::account::AccountId;
+use crate::random::{OsRandom, random_uuid};
+use crate::records::api_key::ApiKeyId;
+use crate::records::client::ClientId;
+use crate::records::event::{EventSubmission, IdempotencyClaim, IdempotencyScope, RecordOutcome};
+use crate::store::EventSink;
 
 use super::fixtures::{base_time, claim, new_event};
 

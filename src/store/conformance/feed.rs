@@ -7,10 +7,12 @@ use std::time::Duration as StdDuration;
 
 use uuid::Uuid;
 
-use crate::{
-    AccountId, EventFeed, EventSink, EventSubmission, FeedCursor, OsRandom, RecordOutcome,
-    RecordedEvent, StoreError, random_uuid,
-};
+use crate::account::AccountId;
+use crate::random::{OsRandom, random_uuid};
+use crate::records::event::{EventSubmission, RecordOutcome, RecordedEvent};
+use crate::store::EventSink;
+use crate::store::error::StoreError;
+use crate::store::feed::{EventFeed, FeedCursor};
 
 use super::fixtures::new_event;
 

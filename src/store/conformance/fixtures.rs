@@ -3,11 +3,15 @@
 
 use time::{Duration, OffsetDateTime};
 
-use crate::{
-    AccessToken, AccessTokenRecord, AccountId, AuthorizationCode, ClientId, CodeRecord, Grant,
-    GrantId, IdempotencyClaim, IdempotencyScope, IntakeChannel, OsRandom, PkceChallenge,
-    RecordedEvent, RefreshState, RefreshToken, RefreshTokenRecord, SecretHasher, random_uuid,
+use crate::account::AccountId;
+use crate::random::{OsRandom, random_uuid};
+use crate::records::client::ClientId;
+use crate::records::event::{IdempotencyClaim, IdempotencyScope, IntakeChannel, RecordedEvent};
+use crate::records::grant::{Grant, GrantId};
+use crate::records::tokens::{
+    AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
 };
+use crate::secret::{AccessToken, AuthorizationCode, RefreshToken, SecretHasher};
 
 /// How many tasks race in each concurrency check.
 pub(super) const RACERS: usize = 32;

@@ -41,12 +41,12 @@ mod tokens;
 
 use std::sync::Arc;
 
-use crate::{
-    AccountId, AccountStore, ApiKeyStore, ClientRegistry, EventSink, OsRandom, random_uuid,
-};
+use crate::account::AccountId;
+use crate::random::{OsRandom, random_uuid};
+use crate::store::{AccountStore, ApiKeyStore, ClientRegistry, EventSink};
 
 /// Checks every clause of [`crate::TokenStore`].
-pub async fn check_token_store(store: Arc<dyn crate::TokenStore>) {
+pub async fn check_token_store(store: Arc<dyn crate::store::TokenStore>) {
     tokens::check_grants(&*store).await;
     tokens::check_grant_listing(&*store).await;
     tokens::check_codes(&*store).await;
@@ -83,7 +83,10 @@ pub async fn check_api_key_store(store: Arc<dyn ApiKeyStore>) {
 /// Checks every clause of [`crate::EventFeed`], on the events `sink`
 /// records: commit order, resuming, foreign cursors, and no event skipped
 /// while writers commit concurrently.
-pub async fn check_event_feed(sink: Arc<dyn EventSink>, feed: Arc<dyn crate::EventFeed>) {
+pub async fn check_event_feed(
+    sink: Arc<dyn EventSink>,
+    feed: Arc<dyn crate::store::feed::EventFeed>,
+) {
     feed::check_feed_order(&*sink, &*feed).await;
     feed::check_feed_under_concurrent_writers(sink, feed).await;
 }

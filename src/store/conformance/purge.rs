@@ -4,10 +4,12 @@
 
 use time::{Duration, OffsetDateTime};
 
-use crate::{
-    AccessTokenRecord, AccountId, CodeLookup, CodeRecord, EventSink, EventSubmission, Grant,
-    IdempotencyClaim, OsRandom, RecordOutcome, RefreshTokenRecord, Rotation, random_uuid,
-};
+use crate::account::AccountId;
+use crate::random::{OsRandom, random_uuid};
+use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome};
+use crate::records::grant::Grant;
+use crate::records::tokens::{AccessTokenRecord, CodeRecord, RefreshTokenRecord};
+use crate::store::{CodeLookup, EventSink, Rotation};
 
 use super::fixtures::{base_time, claim, new_access, new_code, new_event, new_grant, new_refresh};
 
@@ -17,7 +19,7 @@ use super::fixtures::{base_time, claim, new_access, new_code, new_event, new_gra
 /// Its records are dated a quarter century before the rest of the suite's,
 /// so that a purge here never touches what another check (running in
 /// parallel on a shared database) relies on.
-pub(super) async fn check_purge(store: &dyn crate::TokenStore) {
+pub(super) async fn check_purge(store: &dyn crate::store::TokenStore) {
     let cutoff = base_time() - Duration::days(365 * 25);
     let long_ago = cutoff - Duration::days(30);
     let dated = |grant: &Grant| Grant {

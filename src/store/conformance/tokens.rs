@@ -4,16 +4,18 @@
 
 use time::Duration;
 
-use crate::{
-    AccessToken, AccountId, AuthorizationCode, CodeLookup, CodeTake, Grant, GrantId, OsRandom,
-    RefreshState, RefreshToken, RefreshTokenRecord, Rotation, random_uuid,
-};
+use crate::account::AccountId;
+use crate::random::{OsRandom, random_uuid};
+use crate::records::grant::{Grant, GrantId};
+use crate::records::tokens::{RefreshState, RefreshTokenRecord};
+use crate::secret::{AccessToken, AuthorizationCode, RefreshToken};
+use crate::store::{CodeLookup, CodeTake, Rotation};
 
 use super::fixtures::{base_time, hasher, new_access, new_code, new_grant, new_refresh};
 
 /// Grants read back whole, are unique by id, and keep their first
 /// revocation time.
-pub(super) async fn check_grants(store: &dyn crate::TokenStore) {
+pub(super) async fn check_grants(store: &dyn crate::store::TokenStore) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     assert_eq!(
@@ -65,7 +67,7 @@ pub(super) async fn check_grants(store: &dyn crate::TokenStore) {
 
 /// A code is unique by hash, taken once, and remembered with its grant
 /// once taken.
-pub(super) async fn check_codes(store: &dyn crate::TokenStore) {
+pub(super) async fn check_codes(store: &dyn crate::store::TokenStore) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let code = new_code(&grant);
@@ -96,7 +98,7 @@ pub(super) async fn check_codes(store: &dyn crate::TokenStore) {
 
 /// Access tokens are unique by hash, read back whole, and read back
 /// revoked once their grant is, those inserted later included.
-pub(super) async fn check_access_tokens(store: &dyn crate::TokenStore) {
+pub(super) async fn check_access_tokens(store: &dyn crate::store::TokenStore) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let token = new_access(&grant);
@@ -149,7 +151,7 @@ pub(super) async fn check_access_tokens(store: &dyn crate::TokenStore) {
 
 /// Refresh tokens rotate once, name their successor and predecessor, and
 /// stop rotating once their grant is revoked.
-pub(super) async fn check_refresh_tokens(store: &dyn crate::TokenStore) {
+pub(super) async fn check_refresh_tokens(store: &dyn crate::store::TokenStore) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let token = RefreshTokenRecord {
@@ -270,7 +272,7 @@ pub(super) async fn check_refresh_tokens(store: &dyn crate::TokenStore) {
 
 /// A rotated token reads back when its successor was first used (rotated
 /// in turn): the adaptive refresh policy decides on it.
-pub(super) async fn check_successor_use(store: &dyn crate::TokenStore) {
+pub(super) async fn check_successor_use(store: &dyn crate::store::TokenStore) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let first = new_refresh(&grant);
@@ -326,7 +328,7 @@ pub(super) async fn check_successor_use(store: &dyn crate::TokenStore) {
 
 /// A code redeems once, storing both of its tokens; a refused redemption
 /// stores neither, and a code taken by a refused exchange cannot redeem.
-pub(super) async fn check_code_redemption(store: &dyn crate::TokenStore) {
+pub(super) async fn check_code_redemption(store: &dyn crate::store::TokenStore) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let code = new_code(&grant);
@@ -431,7 +433,7 @@ pub(super) async fn check_code_redemption(store: &dyn crate::TokenStore) {
 
 /// A redemption that fails part-way (here: its second or third write meets
 /// an existing hash) changes nothing: the code stays unused for the retry.
-pub(super) async fn check_redemption_fails_whole(store: &dyn crate::TokenStore) {
+pub(super) async fn check_redemption_fails_whole(store: &dyn crate::store::TokenStore) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let code = new_code(&grant);
@@ -487,7 +489,7 @@ pub(super) async fn check_redemption_fails_whole(store: &dyn crate::TokenStore) 
 
 /// A rotation that fails part-way changes nothing: the presented token
 /// stays active for the retry.
-pub(super) async fn check_rotation_fails_whole(store: &dyn crate::TokenStore) {
+pub(super) async fn check_rotation_fails_whole(store: &dyn crate::store::TokenStore) {
     let grant = new_grant();
     store.insert_grant(&grant).await.expect("insert_grant");
     let token = new_refresh(&grant);
@@ -561,7 +563,7 @@ pub(super) async fn check_rotation_fails_whole(store: &dyn crate::TokenStore) {
 
 /// An account's unrevoked grants are listed oldest first; another
 /// account's grants and revoked ones are not.
-pub(super) async fn check_grant_listing(store: &dyn crate::TokenStore) {
+pub(super) async fn check_grant_listing(store: &dyn crate::store::TokenStore) {
     let first = new_grant();
     let account = first.account_id;
     let second = Grant {

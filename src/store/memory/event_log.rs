@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{AccountId, EventPayload, IntakeChannel, RecordedEvent};
+use crate::account::AccountId;
+use crate::records::event::{EventPayload, IntakeChannel, RecordedEvent};
 
 /// Events per chunk. The log grows a chunk at a time, so a long log is
 /// never copied to a larger allocation while the sink's lock is held.
@@ -142,7 +143,7 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-    use crate::ClientId;
+    use crate::records::client::ClientId;
 
     fn event(n: u128, channel: IntakeChannel) -> RecordedEvent {
         RecordedEvent {

@@ -6,8 +6,8 @@ use sqlx::postgres::PgRow;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::StoreError;
-use crate::intake::event::EventPayload;
+use crate::records::event::EventPayload;
+use crate::store::error::StoreError;
 use crate::store::sql;
 use crate::store::sql::records::RecordColumns;
 

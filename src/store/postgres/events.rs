@@ -20,14 +20,14 @@ use time::OffsetDateTime;
 use tokio::sync::{Mutex, mpsc};
 use uuid::Uuid;
 
+use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
+use crate::store::EventSink;
+use crate::store::error::StoreError;
 use crate::store::feed::ForeignCursor;
+use crate::store::feed::{EventFeed, FeedCursor, FeedPage};
 use crate::store::sql::group_commit::{Job, RECORD, answer, answer_error};
 use crate::store::sql::records::{channel_to_text, event_from, replay_or_reuse};
 use crate::store::sql::{self, backend, fails_on_data, find_row, insert_failed, lost_connection};
-use crate::{
-    EventFeed, EventSink, EventSubmission, FeedCursor, FeedPage, IdempotencyClaim, RecordOutcome,
-    RecordedEvent, StoreError,
-};
 
 use super::PgStore;
 use super::columns::Columns;

@@ -50,7 +50,7 @@ use std::time::Duration;
 use sqlx::Executor as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use crate::StoreError;
+use crate::store::error::StoreError;
 use crate::store::sql::group_commit::GroupQueue;
 use crate::store::sql::{Migration, backend};
 

@@ -10,14 +10,16 @@ use async_trait::async_trait;
 use sqlx::Postgres;
 use time::OffsetDateTime;
 
+use crate::account::AccountId;
+use crate::records::grant::{Grant, GrantId};
+use crate::records::tokens::{AccessTokenRecord, CodeRecord, RefreshTokenRecord};
+use crate::secret::SecretHash;
+use crate::store::error::StoreError;
 use crate::store::sql::records::{
     access_from, code_from, code_lookup, code_tombstone, grant_from, refresh_from, rotation_refused,
 };
 use crate::store::sql::{self, backend, find_row, insert_failed, insert_row};
-use crate::{
-    AccessTokenRecord, AccountId, CodeLookup, CodeRecord, CodeTake, Grant, GrantId,
-    RefreshTokenRecord, Rotation, SecretHash, StoreError, TokenStore,
-};
+use crate::store::{CodeLookup, CodeTake, Rotation, TokenStore};
 
 use super::PgStore;
 use super::columns::Columns;

@@ -5,7 +5,8 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{EventSubmission, RecordOutcome, StoreError};
+use crate::records::event::{EventSubmission, RecordOutcome};
+use crate::store::error::StoreError;
 
 /// What recording a submission does, named in its errors.
 pub(crate) const RECORD: &str = "record events";

@@ -13,7 +13,7 @@ pub(crate) mod records;
 use sqlx::Database;
 use sqlx::query::Query;
 
-use crate::StoreError;
+use crate::store::error::StoreError;
 
 /// A stored value that does not decode into its record field.
 #[derive(Debug, thiserror::Error)]

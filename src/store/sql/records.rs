@@ -10,14 +10,20 @@
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::intake::event::EventPayload;
-use crate::store::sql::malformed;
-use crate::{
-    AccessTokenRecord, Account, AccountId, ApiKeyId, ApiKeyRecord, Client, ClientId, CodeLookup,
-    CodeRecord, CodeTake, Grant, GrantId, IdempotencyClaim, IntakeChannel, PkceChallenge,
-    PreviousSecret, RecordOutcome, RecordedEvent, RefreshPolicy, RefreshState, RefreshTokenRecord,
-    Rotation, SecretHash, StoreError,
+use crate::account::{Account, AccountId};
+use crate::records::api_key::{ApiKeyId, ApiKeyRecord};
+use crate::records::client::{Client, ClientId, PreviousSecret};
+use crate::records::event::EventPayload;
+use crate::records::event::{IdempotencyClaim, IntakeChannel, RecordOutcome, RecordedEvent};
+use crate::records::grant::{Grant, GrantId};
+use crate::records::refresh_policy::RefreshPolicy;
+use crate::records::tokens::{
+    AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
 };
+use crate::secret::SecretHash;
+use crate::store::error::StoreError;
+use crate::store::sql::malformed;
+use crate::store::{CodeLookup, CodeTake, Rotation};
 
 /// A hash read back from a 32-byte binary column.
 fn hash_from_column(
@@ -367,7 +373,7 @@ mod tests {
     #[test]
     fn channels_round_trip_through_json() {
         let channel = IntakeChannel::Bearer {
-            client_id: crate::ClientId::new("cgid_x"),
+            client_id: crate::records::client::ClientId::new("cgid_x"),
         };
         let stored = serde_json::from_str(&channel_to_text(&channel).unwrap()).unwrap();
         assert_eq!(channel_from_json(stored, "read an event").unwrap(), channel);

@@ -23,22 +23,14 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use crate::StoreError;
+use crate::store::error::StoreError;
 
-use super::event_writer::{Sync, open_connection};
+use super::connection::{Sync, open_connection};
 
 /// How many events are committed between two checkpoints: about a
 /// megabyte of log (a typical conversion and its index entries take a
 /// quarter to a third of a 4 KiB page).
 const EVENTS_PER_CHECKPOINT: usize = 1_000;
-
-/// The size of the log, in pages, past which a committing connection
-/// checkpoints it itself, as SQLite does by default at 1,000: the bound
-/// on the log should the checkpointer fall behind (or fail). Under a
-/// flood the checkpointer's copy never quite catches up with the writer,
-/// so the log only starts over after such a checkpoint, which then has
-/// only the pages since the checkpointer's last one left to copy.
-pub(super) const WAL_PAGES_BOUND: u32 = 10_000;
 
 /// The handle of the checkpointer's thread; dropping it ends the thread
 /// (after the checkpoint in hand, if any), which closes its connection.
@@ -80,7 +72,7 @@ impl Checkpointer {
     /// waiting for it, once [`EVENTS_PER_CHECKPOINT`] have been. A nudge
     /// that finds one already waiting is the same nudge; should the thread
     /// be gone (it panicked), the writers' own checkpoint at
-    /// [`WAL_PAGES_BOUND`] still bounds the log.
+    /// [`WAL_PAGES_BOUND`](super::connection::WAL_PAGES_BOUND) still bounds the log.
     pub(super) fn committed(&mut self, events: usize) {
         self.since_nudge += events;
         if self.since_nudge >= EVENTS_PER_CHECKPOINT {

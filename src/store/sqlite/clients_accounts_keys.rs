@@ -8,12 +8,14 @@ use async_trait::async_trait;
 use sqlx::Sqlite;
 use time::OffsetDateTime;
 
+use crate::account::{Account, AccountId};
+use crate::records::api_key::{ApiKeyId, ApiKeyRecord};
+use crate::records::client::{Client, ClientId};
+use crate::secret::SecretHash;
+use crate::store::error::StoreError;
 use crate::store::sql::records::{account_from, api_key_from, client_from};
 use crate::store::sql::{Statement, backend, find_row, insert_row};
-use crate::{
-    Account, AccountId, AccountStore, ApiKeyId, ApiKeyRecord, ApiKeyStore, Client, ClientId,
-    ClientRegistry, SecretHash, StoreError,
-};
+use crate::store::{AccountStore, ApiKeyStore, ClientRegistry};
 
 use super::SqliteStore;
 use super::columns::{Columns, json_text, micros, opt_micros, uuid_text};

@@ -7,8 +7,8 @@ use sqlx::sqlite::SqliteRow;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::StoreError;
-use crate::intake::event::EventPayload;
+use crate::records::event::EventPayload;
+use crate::store::error::StoreError;
 use crate::store::sql::records::RecordColumns;
 use crate::store::sql::{self, malformed};
 

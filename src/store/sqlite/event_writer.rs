@@ -27,46 +27,19 @@ use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehav
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
+use crate::store::error::StoreError;
 use crate::store::sql::group_commit::{GroupQueue, Job, RECORD, answer, answer_error};
 use crate::store::sql::records::{StoredClaim, channel_to_text};
 use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
-use crate::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent, StoreError};
 
-use super::checkpointer::{Checkpointer, WAL_PAGES_BOUND};
+use super::checkpointer::Checkpointer;
 use super::columns::{from_micros, json_text, micros, uuid_text};
+use super::connection::{Sync, open_connection};
 use super::write_gate::WriteGate;
 
 /// The most submissions one group transaction takes.
 const MAX_GROUP: usize = 256;
-
-/// How the writer's connection syncs a commit.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Sync {
-    /// `synchronous = FULL`: a commit is on disk before it is acknowledged.
-    Full,
-    /// `synchronous = OFF`: for a temporary database, which keeps nothing.
-    Off,
-}
-
-/// A rusqlite connection to the database at `path`, for the store's own
-/// threads: another process holding the write lock makes it wait up to
-/// `busy_timeout`; it syncs as `sync` says, and checkpoints the log itself
-/// only past [`WAL_PAGES_BOUND`] (the checkpointer does it before).
-pub(super) fn open_connection(
-    path: &Path,
-    sync: Sync,
-    busy_timeout: Duration,
-) -> rusqlite::Result<Connection> {
-    let connection = Connection::open(path)?;
-    connection.busy_timeout(busy_timeout)?;
-    let synchronous = match sync {
-        Sync::Full => "FULL",
-        Sync::Off => "OFF",
-    };
-    connection.pragma_update(None, "synchronous", synchronous)?;
-    connection.pragma_update(None, "wal_autocheckpoint", WAL_PAGES_BOUND)?;
-    Ok(connection)
-}
 
 /// The handle of a running writer: its queue, and the switch that closes
 /// it.

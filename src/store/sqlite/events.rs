@@ -5,13 +5,13 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
+use crate::store::EventSink;
+use crate::store::error::StoreError;
 use crate::store::feed::position;
+use crate::store::feed::{EventFeed, FeedCursor, FeedPage};
 use crate::store::sql::records::{event_from, replay_or_reuse};
 use crate::store::sql::{self, backend, find_row};
-use crate::{
-    EventFeed, EventSink, EventSubmission, FeedCursor, FeedPage, IdempotencyClaim, RecordOutcome,
-    RecordedEvent, StoreError,
-};
 
 use super::SqliteStore;
 use super::columns::{Columns, micros, uuid_text};

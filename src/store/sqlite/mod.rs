@@ -41,6 +41,7 @@
 mod checkpointer;
 mod clients_accounts_keys;
 mod columns;
+mod connection;
 mod event_writer;
 mod events;
 mod temporary;
@@ -56,10 +57,11 @@ use sqlx::sqlite::{
 };
 use sqlx::{Executor as _, Sqlite, Transaction};
 
-use crate::StoreError;
+use crate::store::error::StoreError;
 use crate::store::sql::{Migration, backend};
 
-use self::event_writer::{EventWriter, Sync};
+use self::connection::Sync;
+use self::event_writer::EventWriter;
 use self::temporary::TemporaryFile;
 use self::write_gate::{Turn, WriteGate};
 
@@ -211,7 +213,7 @@ impl SqliteStore {
             // events', checkpoint it only past the bound.
             .pragma(
                 "wal_autocheckpoint",
-                checkpointer::WAL_PAGES_BOUND.to_string(),
+                connection::WAL_PAGES_BOUND.to_string(),
             )
             .busy_timeout(BUSY_TIMEOUT);
         // No liveness ping before each use (sqlx's default): an SQLite

@@ -4,7 +4,10 @@
 
 use time::OffsetDateTime;
 
-use crate::{AccountId, ClientId, GrantId, SecretHash};
+use crate::account::AccountId;
+use crate::records::client::ClientId;
+use crate::records::grant::GrantId;
+use crate::secret::SecretHash;
 
 /// A PKCE code challenge (RFC 7636) bound to an authorization code.
 #[derive(Clone, Debug, PartialEq, Eq)]

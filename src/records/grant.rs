@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{AccountId, ClientId};
+use crate::account::AccountId;
+use crate::records::client::ClientId;
 
 /// The identifier of a grant. Every code and token issued under a grant
 /// carries it, so that the whole grant can be revoked at once.

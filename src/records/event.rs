@@ -8,7 +8,9 @@ use serde_json::value::RawValue;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{AccountId, ApiKeyId, ClientId};
+use crate::account::AccountId;
+use crate::records::api_key::ApiKeyId;
+use crate::records::client::ClientId;
 
 /// How an event reached the service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
