@@ -91,9 +91,9 @@ impl OpenStore {
         match self {
             OpenStore::Memory(stores) => stores.clone(),
             #[cfg(feature = "sqlite")]
-            OpenStore::Sqlite(store) => every_store(store.clone()),
+            OpenStore::Sqlite(store) => Stores::sharing(store.clone()),
             #[cfg(feature = "postgres")]
-            OpenStore::Postgres(store) => every_store(store.clone()),
+            OpenStore::Postgres(store) => Stores::sharing(store.clone()),
         }
     }
 
@@ -105,25 +105,5 @@ impl OpenStore {
             #[cfg(feature = "postgres")]
             OpenStore::Postgres(store) => store.close().await,
         }
-    }
-}
-
-/// One store that implements every storage trait, as [`Stores`].
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn every_store<S>(store: Arc<S>) -> Stores
-where
-    S: conversion_gateway::TokenStore
-        + conversion_gateway::ClientRegistry
-        + conversion_gateway::AccountStore
-        + conversion_gateway::ApiKeyStore
-        + conversion_gateway::EventSink
-        + 'static,
-{
-    Stores {
-        tokens: store.clone(),
-        clients: store.clone(),
-        accounts: store.clone(),
-        api_keys: store.clone(),
-        events: store,
     }
 }

@@ -72,6 +72,22 @@ impl Stores {
             events: Arc::new(MemoryEventSink::new()),
         }
     }
+
+    /// Every store on one value that implements all the storage traits, as
+    /// [`crate::SqliteStore`] and [`crate::PgStore`] do:
+    /// `Stores::sharing(Arc::new(SqliteStore::open(path).await?))`.
+    pub fn sharing<S>(store: Arc<S>) -> Self
+    where
+        S: TokenStore + ClientRegistry + AccountStore + ApiKeyStore + EventSink + 'static,
+    {
+        Self {
+            tokens: store.clone(),
+            clients: store.clone(),
+            accounts: store.clone(),
+            api_keys: store.clone(),
+            events: store,
+        }
+    }
 }
 
 /// The authorization and conversion-intake service.

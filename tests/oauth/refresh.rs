@@ -326,13 +326,7 @@ async fn the_default_policy_serves_both_kinds_of_client_on_sqlite() {
                 .await
                 .expect("open SQLite"),
         );
-        let stores = conversion_gateway::Stores {
-            tokens: store.clone(),
-            clients: store.clone(),
-            accounts: store.clone(),
-            api_keys: store.clone(),
-            events: store,
-        };
+        let stores = conversion_gateway::Stores::sharing(store);
         Fixture::with_stores(stores, |_| {}).await
     })
     .await;

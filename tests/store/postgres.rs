@@ -735,13 +735,7 @@ async fn the_default_refresh_policy_serves_both_kinds_of_client() {
     for n in 0..SCENARIOS {
         in_schema(move |schema| async move {
             let store = schema.store().await;
-            let stores = conversion_gateway::Stores {
-                tokens: store.clone(),
-                clients: store.clone(),
-                accounts: store.clone(),
-                api_keys: store.clone(),
-                events: store,
-            };
+            let stores = conversion_gateway::Stores::sharing(store);
             scenario(
                 n,
                 conversion_gateway_testkit::Fixture::with_stores(stores, |_| {}).await,
@@ -1066,7 +1060,7 @@ impl conversion_gateway_testkit::restartable::Restartable for SchemaStores {
     }
 
     fn stores(&self) -> conversion_gateway::Stores {
-        conversion_gateway_testkit::restartable::stores_of(self.store.clone())
+        conversion_gateway::Stores::sharing(self.store.clone())
     }
 
     async fn restart(&mut self) {

@@ -80,7 +80,7 @@ impl Restartable for SqliteFile {
     }
 
     fn stores(&self) -> Stores {
-        stores_of(self.store.clone())
+        Stores::sharing(self.store.clone())
     }
 
     async fn restart(&mut self) {
@@ -90,24 +90,5 @@ impl Restartable for SqliteFile {
 
     async fn stop(self) {
         self.store.close().await;
-    }
-}
-
-/// Every store of a [`Stores`] from one value that implements them all.
-pub fn stores_of<S>(store: Arc<S>) -> Stores
-where
-    S: conversion_gateway::TokenStore
-        + conversion_gateway::ClientRegistry
-        + conversion_gateway::AccountStore
-        + conversion_gateway::ApiKeyStore
-        + conversion_gateway::EventSink
-        + 'static,
-{
-    Stores {
-        tokens: store.clone(),
-        clients: store.clone(),
-        accounts: store.clone(),
-        api_keys: store.clone(),
-        events: store,
     }
 }
