@@ -286,12 +286,10 @@ impl<R: Restartable> StateMachineTest for IdempotencyTest<R> {
                     .idempotency_claims,
             },
             EventOp::Restart => {
-                let mut stores = system.stores.take().expect("stores");
+                let stores = system.stores.as_mut().expect("stores");
                 system.runtime.block_on(stores.restart());
                 system.restarts += 1;
-                system.gateway =
-                    EventSystem::gateway(&stores, &system.clock, 100 + system.restarts);
-                system.stores = Some(stores);
+                system.gateway = EventSystem::gateway(stores, &system.clock, 100 + system.restarts);
                 EventObserved::Done
             }
         };

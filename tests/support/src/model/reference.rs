@@ -344,7 +344,8 @@ impl Model {
         self.refresh.len() - 1
     }
 
-    fn resolve(&self, token: TokenRef) -> TokenKind {
+    /// The token a reference points at, among those issued so far.
+    pub(super) fn resolve(&self, token: TokenRef) -> TokenKind {
         match token {
             TokenRef::Access(n) => TokenKind::Access(n.index(self.access.len())),
             TokenRef::Refresh(n) => TokenKind::Refresh(n.index(self.refresh.len())),

@@ -13,9 +13,7 @@ use proptest_state_machine::StateMachineTest;
 use serde_json::json;
 use time::Duration;
 
-use super::reference::{
-    LifecycleModel, Model, Observed, Op, RevokeAs, Secret, TokenKind, TokenRef,
-};
+use super::reference::{LifecycleModel, Model, Observed, Op, RevokeAs, Secret, TokenKind};
 use crate::restartable::Restartable;
 use crate::{BASE_URL, REDIRECT_URI, basic, body, param, redirect_params};
 
@@ -192,7 +190,7 @@ impl<R: Restartable> System<R> {
                 by,
                 hint_refresh,
             } => {
-                let token = resolve(model, token);
+                let token = model.resolve(token);
                 let mut fields = vec![("token", self.token_string(token).to_owned())];
                 if hint_refresh {
                     fields.push(("token_type_hint", "refresh_token".to_owned()));
@@ -231,7 +229,7 @@ impl<R: Restartable> System<R> {
                 Observed::Bearer(self.bearer(&self.access[token.index(self.access.len())]))
             }
             Op::Introspect { token, client } => {
-                let token = resolve(model, token);
+                let token = model.resolve(token);
                 let authorization = basic(
                     self.clients[client].id.as_str(),
                     &self.secret(client, Secret::Current),
@@ -268,13 +266,12 @@ impl<R: Restartable> System<R> {
                 }
             }
             Op::Restart { default_policy } => {
-                let mut stores = self.stores.take().expect("stores");
-                self.block_on(stores.restart());
+                let stores = self.stores.as_mut().expect("stores");
+                self.runtime.block_on(stores.restart());
                 self.restarts += 1;
                 self.config.refresh_policy = default_policy;
                 self.gateway =
-                    Self::gateway(&stores, &self.config, &self.clock, 100 + self.restarts);
-                self.stores = Some(stores);
+                    Self::gateway(stores, &self.config, &self.clock, 100 + self.restarts);
                 Observed::Done
             }
         }
@@ -300,13 +297,6 @@ impl<R: Restartable> System<R> {
                 R::NAME
             );
         }
-    }
-}
-
-fn resolve(model: &Model, token: TokenRef) -> TokenKind {
-    match token {
-        TokenRef::Access(n) => TokenKind::Access(n.index(model.access.len())),
-        TokenRef::Refresh(n) => TokenKind::Refresh(n.index(model.refresh.len())),
     }
 }
 
