@@ -8,8 +8,8 @@
 //! refused before any store sees them: `INVALID_CHARACTERS` when escaped,
 //! `BAD_REQUEST` when raw, as is a lone surrogate escape.
 //!
-//! Memory and SQLite run under plain `cargo test`. With the `postgres`
-//! feature the same cases also go through PostgreSQL, named by
+//! Memory and SQLite run under plain `cargo test`. Under `cargo test
+//! --all-features` the same cases also go through PostgreSQL, named by
 //! `DATABASE_URL`, in a schema of this test's own, dropped at its end.
 
 use std::collections::BTreeSet;
@@ -546,7 +546,7 @@ fn accepted_events_read_back_identical_from_memory_and_sqlite() {
     check_every_case(&runtime, &sinks);
 }
 
-#[cfg(feature = "postgres")]
+#[cfg(all(feature = "postgres", feature = "external-tests"))]
 mod postgres {
     //! The same property through PostgreSQL as well.
 

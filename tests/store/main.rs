@@ -1,7 +1,7 @@
 //! The stores keep the storage contract (the public conformance suite,
 //! concurrency included): in memory (`memory`), on SQLite (`sqlite`) and on
-//! PostgreSQL (`postgres`, feature `postgres`, which needs `DATABASE_URL`
-//! and fails with start-up instructions without it).
+//! PostgreSQL (`postgres`, under `cargo test --all-features`, which needs
+//! `DATABASE_URL` and fails with start-up instructions without it).
 
 mod memory;
 mod model;

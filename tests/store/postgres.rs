@@ -6,7 +6,11 @@
 //! The tests need a PostgreSQL server, named by `DATABASE_URL`. Each test
 //! works in a schema of its own, dropped at its end, so they run in
 //! parallel and repeatedly against one database.
-#![cfg(all(feature = "test-util", feature = "postgres"))]
+#![cfg(all(
+    feature = "test-util",
+    feature = "postgres",
+    feature = "external-tests"
+))]
 
 use std::future::Future;
 use std::str::FromStr;

@@ -96,7 +96,6 @@ async fn the_server_runs_with_the_refresh_policy_it_was_given() {
 
 // --- files -----------------------------------------------------------------------
 
-#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn demo_credentials_default_to_a_file_beside_the_database_or_in_the_working_directory() {
     let dir = TempDir::new("demo-defaults");
@@ -124,7 +123,6 @@ async fn demo_credentials_default_to_a_file_beside_the_database_or_in_the_workin
     assert!(dir.path("demo.json").is_file(), "{logs}");
 }
 
-#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn the_demo_credentials_go_to_a_private_file_and_never_to_the_log() {
     let dir = TempDir::new("demo-file");
@@ -155,7 +153,7 @@ async fn the_demo_credentials_go_to_a_private_file_and_never_to_the_log() {
     assert!(logs.contains("stopped"), "{logs}");
 }
 
-#[cfg(all(unix, feature = "sqlite"))]
+#[cfg(unix)]
 #[tokio::test]
 async fn a_key_file_others_can_read_is_warned_about_at_start_by_path_only() {
     let dir = TempDir::new("exposed-key");
@@ -181,7 +179,7 @@ async fn a_key_file_others_can_read_is_warned_about_at_start_by_path_only() {
     assert_eq!(mode(&key_file), 0o644, "warned about, not changed");
 }
 
-#[cfg(all(unix, feature = "sqlite"))]
+#[cfg(unix)]
 #[tokio::test]
 async fn an_exposed_database_is_warned_about_at_start() {
     let dir = TempDir::new("exposed-db");
@@ -201,7 +199,6 @@ async fn an_exposed_database_is_warned_about_at_start() {
 
 // --- restarts and the demo data ---------------------------------------------------
 
-#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn a_restart_on_the_same_sqlite_file_keeps_the_demo_credentials_and_tokens() {
     let dir = TempDir::new("restart");
@@ -261,7 +258,6 @@ async fn a_restart_on_the_same_sqlite_file_keeps_the_demo_credentials_and_tokens
     store.close().await;
 }
 
-#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn the_demo_data_is_derived_from_the_key() {
     let dir = TempDir::new("derived");
@@ -373,7 +369,6 @@ async fn logs_name_method_path_status_and_never_a_secret() {
 
 // --- the periodic purge ------------------------------------------------------------
 
-#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn the_server_purges_expired_records_at_start_and_periodically() {
     use std::sync::Arc;

@@ -105,7 +105,6 @@ struct SharedStore {
 }
 
 impl SharedStore {
-    #[cfg(feature = "sqlite")]
     fn sqlite(name: &str) -> Self {
         let dir = TempDir::new(name);
         Self {
@@ -135,7 +134,6 @@ impl SharedStore {
 /// An SQLite store, and a PostgreSQL one when `DATABASE_URL` names a server.
 async fn shared_stores(name: &str) -> Vec<SharedStore> {
     let mut stores = Vec::new();
-    #[cfg(feature = "sqlite")]
     stores.push(SharedStore::sqlite(name));
     #[cfg(feature = "postgres")]
     stores.extend(postgres::store(name).await);
@@ -578,7 +576,6 @@ async fn api_keys_issued_by_the_cli_are_accepted_and_switched_by_it() {
 
 // --- what the commands store ----------------------------------------------------
 
-#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn the_cli_stores_what_it_was_given_and_no_demo_data_with_the_servers_default_key() {
     let dir = TempDir::new("admin-records");
@@ -700,7 +697,6 @@ async fn the_cli_stores_what_it_was_given_and_no_demo_data_with_the_servers_defa
 
 // --- failures --------------------------------------------------------------------
 
-#[cfg(feature = "sqlite")]
 #[test]
 fn unknown_records_and_a_taken_e_mail_fail_with_one_line_on_stderr() {
     let store = SharedStore::sqlite("admin-unknown");

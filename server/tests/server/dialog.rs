@@ -7,7 +7,6 @@ use std::net::IpAddr;
 use conversion_gateway_testkit::TempDir;
 use serde_json::json;
 
-#[cfg(feature = "sqlite")]
 use crate::support::sqlite_gateway;
 use crate::support::{
     BASE_URL, DEMO_REDIRECT_URI, Framing, Launch, Reply, assert_dialog_headers, encode, param,
@@ -423,7 +422,6 @@ async fn the_legacy_redirect_url_parameter_opens_the_dialog() {
     );
 }
 
-#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn names_on_the_pages_are_escaped() {
     // An app registered by another process on the server's SQLite store.

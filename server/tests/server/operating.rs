@@ -136,7 +136,6 @@ async fn metrics_list_every_series_at_zero_before_the_first_request() {
     assert_listed_at_zero(&server, &every_series()).await;
 }
 
-#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn metrics_list_the_group_commit_of_the_store_in_use_at_zero() {
     let dir = conversion_gateway_testkit::TempDir::new("zero");
@@ -198,7 +197,6 @@ async fn metric_values_move_as_requests_are_made() {
 /// default SQLite store is a group of one, in the bucket of 2 (which the
 /// seconds buckets lack); a batch of three falls in the bucket of 5 and
 /// not in that of 2.
-#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn counting_histograms_have_count_buckets() {
     let dir = conversion_gateway_testkit::TempDir::new("buckets");

@@ -3,21 +3,16 @@
 
 use std::fmt;
 use std::path::PathBuf;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use std::sync::Arc;
 
 use conversion_gateway::Stores;
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::describe;
 
 /// Where the data lives.
 pub enum StoreChoice {
     Memory,
     Sqlite(PathBuf),
-    // Read only when the `postgres` feature is on; parsed always, so that
-    // the error says which feature is missing.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Postgres(String),
 }
 
@@ -56,9 +51,7 @@ impl StoreChoice {
 /// An opened store, kept to close it at shutdown.
 pub enum OpenStore {
     Memory(Stores),
-    #[cfg(feature = "sqlite")]
     Sqlite(Arc<conversion_gateway::SqliteStore>),
-    #[cfg(feature = "postgres")]
     Postgres(Arc<conversion_gateway::PgStore>),
 }
 
@@ -66,33 +59,27 @@ impl OpenStore {
     pub async fn open(choice: &StoreChoice) -> Result<Self, String> {
         match choice {
             StoreChoice::Memory => Ok(OpenStore::Memory(Stores::in_memory())),
-            #[cfg(feature = "sqlite")]
             StoreChoice::Sqlite(path) => conversion_gateway::SqliteStore::open(path)
                 .await
                 .map(|store| OpenStore::Sqlite(Arc::new(store)))
-                .map_err(|error| format!("cannot open the SQLite store {}: {}", path.display(), describe(&error))),
-            #[cfg(not(feature = "sqlite"))]
-            StoreChoice::Sqlite(_) => Err(
-                "this server was built without the `sqlite` feature: run it with `cargo run --example server --features sqlite`, or pass --store memory".into(),
-            ),
-            #[cfg(feature = "postgres")]
+                .map_err(|error| {
+                    format!(
+                        "cannot open the SQLite store {}: {}",
+                        path.display(),
+                        describe(&error)
+                    )
+                }),
             StoreChoice::Postgres(url) => conversion_gateway::PgStore::connect(url)
                 .await
                 .map(|store| OpenStore::Postgres(Arc::new(store)))
                 .map_err(|error| format!("cannot open the PostgreSQL store: {}", describe(&error))),
-            #[cfg(not(feature = "postgres"))]
-            StoreChoice::Postgres(_) => Err(
-                "this server was built without the `postgres` feature: run it with `cargo run --example server --features postgres`".into(),
-            ),
         }
     }
 
     pub fn stores(&self) -> Stores {
         match self {
             OpenStore::Memory(stores) => stores.clone(),
-            #[cfg(feature = "sqlite")]
             OpenStore::Sqlite(store) => Stores::sharing(store.clone()),
-            #[cfg(feature = "postgres")]
             OpenStore::Postgres(store) => Stores::sharing(store.clone()),
         }
     }
@@ -100,9 +87,7 @@ impl OpenStore {
     pub async fn close(&self) {
         match self {
             OpenStore::Memory(_) => {}
-            #[cfg(feature = "sqlite")]
             OpenStore::Sqlite(store) => store.close().await,
-            #[cfg(feature = "postgres")]
             OpenStore::Postgres(store) => store.close().await,
         }
     }

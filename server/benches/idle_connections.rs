@@ -72,7 +72,7 @@ fn main() {
     }
     let options = Options::parse();
     open_files_at_least((options.idle.max(options.hold) + 1024) as u64);
-    let binary = build_example_server();
+    let binary = build_release_server();
     let dir = std::env::temp_dir().join(format!("idle-connections-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -322,17 +322,24 @@ impl Drop for Server {
     }
 }
 
-/// The example server's release binary, built (or found fresh) by cargo.
-fn build_example_server() -> PathBuf {
+/// The service's release binary, built (or found fresh) by cargo.
+fn build_release_server() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--release", "--example", "server"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "conversion-gateway-server",
+            "--bin",
+            "conversion-gateway",
+        ])
         .status()
         .expect("run cargo");
-    assert!(status.success(), "building the example server failed");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    assert!(status.success(), "building the release server failed");
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or(root.join("target"), PathBuf::from);
-    target.join("release").join("examples").join("server")
+    target.join("release").join("conversion-gateway")
 }
 
 /// Raises this process's soft open-files limit to at least `wanted` (the

@@ -25,15 +25,14 @@ pub const DEMO_REDIRECT_URI: &str = "http://127.0.0.1:9/callback";
 /// The longest a test waits for the server to start or stop.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// The example server's binary, which `cargo test` builds beside the test
-/// binaries: `target/<profile>/deps/server-…` runs this test, the example
-/// is `target/<profile>/examples/server`.
+/// The service's binary, which cargo builds for this package's tests.
 pub fn server_binary() -> PathBuf {
-    example_binary("server")
+    PathBuf::from(env!("CARGO_BIN_EXE_conversion-gateway"))
 }
 
-/// The binary of example `name` (`server`, `consumer`), checked as
-/// [`server_binary`] says.
+/// The binary of the library's example `name` (`consumer`), which a plain
+/// `cargo test` from the repository's root builds into
+/// `target/<profile>/examples/`; checked to be newer than its sources.
 pub fn example_binary(name: &str) -> PathBuf {
     let test = std::env::current_exe().expect("the test binary's path");
     let profile = test
@@ -46,12 +45,13 @@ pub fn example_binary(name: &str) -> PathBuf {
     assert!(
         binary.is_file(),
         "the example {name}'s binary is missing at {}: a plain `cargo test` \
-         builds it; with `cargo test --test server`, run \
-         `cargo build --example {name}` first",
+         from the repository's root builds it; otherwise run \
+         `cargo build -p conversion-gateway --example {name}` first",
         binary.display()
     );
-    // `cargo test --test server` does not rebuild examples: refuse to test
-    // an old binary against newer sources (those cargo's dep-info lists).
+    // `cargo test -p conversion-gateway-server` does not build the
+    // library's examples: refuse to test an old binary against newer
+    // sources (those cargo's dep-info lists).
     let built = modified(&binary);
     let sources = std::fs::read_to_string(binary.with_extension("d")).unwrap_or_default();
     let newer = sources
@@ -65,7 +65,8 @@ pub fn example_binary(name: &str) -> PathBuf {
     if let Some(newer) = newer {
         panic!(
             "the example {name}'s binary is older than {}: run \
-             `cargo build --example {name}` (a plain `cargo test` does)",
+             `cargo build -p conversion-gateway --example {name}` (a plain \
+             `cargo test` from the root does)",
             newer.display()
         );
     }
@@ -762,7 +763,6 @@ pub fn assert_dialog_headers(reply: &Reply) {
 /// The server's SQLite store opened by the test too (SQLite lets two
 /// processes share a file), and a gateway on it with the server's key from
 /// `key_file`: what another instance of the service would see.
-#[cfg(feature = "sqlite")]
 pub async fn sqlite_gateway(
     database: &Path,
     key_file: &Path,

@@ -154,7 +154,7 @@ struct Target {
 }
 
 async fn run(options: Options) {
-    let binary = build_example_server();
+    let binary = build_release_server();
     let dir = std::env::temp_dir().join(format!("cg-intake-load-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
 
@@ -674,23 +674,25 @@ fn cookie(reply: &reqwest::Response, name: &str) -> String {
         .to_owned()
 }
 
-/// The example server's release binary, built (or found fresh) by cargo.
-fn build_example_server() -> PathBuf {
+/// The service's release binary, built (or found fresh) by cargo.
+fn build_release_server() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
         .args([
             "build",
             "--release",
-            "--example",
-            "server",
             "--all-features",
+            "-p",
+            "conversion-gateway-server",
+            "--bin",
+            "conversion-gateway",
         ])
         .status()
         .expect("run cargo");
-    assert!(status.success(), "building the example server failed");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    assert!(status.success(), "building the release server failed");
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or(root.join("target"), PathBuf::from);
-    target.join("release").join("examples").join("server")
+    target.join("release").join("conversion-gateway")
 }
 
 /// Starts the example server on `store`; returns it, its address and the
