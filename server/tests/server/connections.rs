@@ -372,7 +372,7 @@ async fn a_shutdown_finishes_the_requests_in_flight_and_refuses_new_connections(
     assert!(answer.contains("CANNOT_BE_NULL"), "{answer}");
     let (status, logs) = server.wait_exit();
     assert!(status.success(), "{status}: {logs}");
-    assert!(logs.contains("INFO server: stopped"), "{logs}");
+    assert!(logs.contains("INFO conversion_gateway: stopped"), "{logs}");
 }
 
 #[tokio::test]
