@@ -1,12 +1,10 @@
-//! The reference server (`examples/server`): its JSON routes as the
-//! library's axum module serves them in-process (`routes`), and the server
-//! itself through its binary and command line on loopback (`dialog`,
-//! `process`, `connections`, `oauth2_client`) and its operator commands (`admin`), and
-//! the dialog in headless Chromium (`browser`). The binary is the one
-//! `cargo test` builds into `target/<profile>/examples/`; the internals
-//! only reachable in-process (the throttle's arithmetic, the accept loop,
-//! clock-driven expiry) are the example's own unit tests
-//! (`cargo test --examples`).
+//! The service through its binary and command line on loopback (`dialog`,
+//! `account`, `process`, `connections`, `operating`, `rate_limits`,
+//! `oauth2_client`, `introspection`), its operator commands (`admin`), the
+//! feed's consumer (`consumer`), and the dialog in headless Chromium
+//! (`browser`). Cargo builds the binary for these tests
+//! (`CARGO_BIN_EXE_conversion-gateway`); the library's router in-process is
+//! tested in the library's `tests/axum`.
 
 mod account;
 mod admin;
@@ -27,5 +25,4 @@ mod process;
 #[cfg(any(feature = "external-tests", feature = "postgres"))]
 mod proxy;
 mod rate_limits;
-mod routes;
 mod support;

@@ -555,19 +555,6 @@ impl Reply {
         assert_eq!(body["error_type"], error_type, "{body}");
         assert!(body["error_message"].is_string(), "{body}");
     }
-
-    /// Asserts a validation answer, `{"errors": [...]}`, whose one error has
-    /// this type, and returns that error.
-    #[track_caller]
-    pub fn assert_validation_error(&self, status: u16, error_type: &str) -> Value {
-        assert_eq!(self.status.as_u16(), status, "{}", self.text());
-        let body = self.json();
-        let errors = body["errors"].as_array().expect("an errors array");
-        assert_eq!(errors.len(), 1, "{body}");
-        assert_eq!(errors[0]["error_type"], error_type, "{body}");
-        assert!(errors[0]["error_message"].is_string(), "{body}");
-        errors[0].clone()
-    }
 }
 
 pub fn encode(text: &str) -> String {
