@@ -131,7 +131,10 @@ mod answer;
 pub use answer::{AnswerBody, AnswerContext, HttpAnswer, ToHttpAnswer};
 
 mod random;
-pub use random::{OsRandom, RandomSource, SeededRandom, random_uuid};
+pub use random::{OsRandom, RandomSource, SeededRandom, random_token, random_uuid};
+
+mod server_key;
+pub use server_key::{ExposedFile, ServerKey, exposed_files, sqlite_files};
 
 mod request;
 pub use request::{ParamsError, RequestParts};
