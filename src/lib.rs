@@ -205,6 +205,22 @@ pub use intake::validator::vocabulary::{
 };
 pub use intake::validator::{validate_batch, validate_conversion};
 
+// Sign-in, consent and the account page, as library calls: the throttle,
+// passwords, sessions and CSRF tokens, and the pages' flows.
+mod signin;
+#[cfg(feature = "argon2")]
+pub use signin::argon2::{Argon2Passwords, Argon2Verifier, Busy, HashingLimit};
+pub use signin::flows::{ACCOUNT_COOKIE_PATH, APPS_PATH, PageFlows};
+pub use signin::form::{FormSignIn, SignInRefused};
+pub use signin::password::{PasswordCheck, PasswordVerifier};
+pub use signin::session::{
+    LOGIN_COOKIE, PageKeys, SESSION_COOKIE, SESSION_SECONDS, cookie, login_nonce, same_token,
+    set_cookie,
+};
+pub use signin::throttle::{Attempt, AttemptOutcome, LoginThrottle, ThrottleLimits, Throttled};
+pub use signin::view::{AppsList, ConsentScreen, PageReply, PageView, SignInForm};
+pub use signin::{HostSignIn, Notice, PageRequest, SignInMethod, SignedIn};
+
 // Storage: the traits, memory, SQLite and PostgreSQL, the conformance suite.
 mod store;
 #[cfg(feature = "test-util")]

@@ -1,0 +1,181 @@
+//! Sign-in, consent and the account page, as library calls: who is signed
+//! in, the sign-in form with its throttle and password checks, sessions and
+//! CSRF tokens, and the flows of the dialog (`/auth/dialog`) and of the
+//! page of connected applications (`/account/apps`). No framework and no
+//! HTML here: each flow returns a [`PageReply`], which the `axum` feature's
+//! pages (or a host's own adapter) render.
+//!
+//! ```text
+//! GET  /auth/dialog?client_id&redirect_uri…   PageFlows::dialog_page
+//!        no one signed in -> our sign-in form (login nonce cookie, CSRF token)
+//!                            or 303 to the host's sign-in (HostSignIn)
+//!        signed in        -> consent screen (CSRF token bound to the session)
+//! POST /auth/dialog action=login              PageFlows::dialog_form -> FormSignIn:
+//!        CSRF, LoginThrottle, the account store, PasswordVerifier
+//!        -> 303 back to the dialog with a session cookie
+//! POST /auth/dialog action=consent            decision=allow|deny
+//!        -> 302 to the application with a code (Gateway::approve),
+//!           or error=access_denied (Gateway::deny)
+//! POST /auth/dialog action=switch             ends the session, 303 back
+//! GET  /account/apps                           PageFlows::apps_page
+//! POST /account/apps action=login|disconnect   PageFlows::apps_form
+//! ```
+//!
+//! Who is signed in is a [`SignInMethod`]: our form ([`FormSignIn`]:
+//! throttle, passwords, our session cookie), or a host's own session
+//! ([`HostSignIn`], as Hydra's login and consent providers work), in which
+//! case our form, throttle and passwords are not used at all.
+
+pub(crate) mod account;
+#[cfg(feature = "argon2")]
+pub(crate) mod argon2;
+pub(crate) mod dialog;
+pub(crate) mod flows;
+pub(crate) mod form;
+pub(crate) mod password;
+pub(crate) mod session;
+pub(crate) mod throttle;
+pub(crate) mod view;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::account::AccountId;
+use crate::signin::form::FormSignIn;
+use crate::store::error::StoreError;
+
+/// What the pages know of a request: its `Cookie` headers, every other
+/// header, and the client's address. Built by the adapter; read by a
+/// [`HostSignIn`] to find its own session.
+#[derive(Clone, Debug, Default)]
+pub struct PageRequest<'a> {
+    /// The values of the `Cookie` headers.
+    pub cookies: Vec<&'a str>,
+    /// Every header as `(name, value)`, names in lower case.
+    pub headers: Vec<(&'a str, &'a str)>,
+    /// The client's address, when the adapter knows it (the sign-in form
+    /// needs it: it throttles by address).
+    pub peer: Option<IpAddr>,
+}
+
+impl<'a> PageRequest<'a> {
+    /// The value of cookie `name`, if the request sent it.
+    pub fn cookie(&self, name: &str) -> Option<&'a str> {
+        crate::signin::session::cookie(&self.cookies, name)
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| *value)
+    }
+}
+
+/// An account signed in, as a [`HostSignIn`] (or our session cookie) tells.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SignedIn {
+    /// The account.
+    pub account: AccountId,
+    /// A value unique to the browser's session that other sites cannot
+    /// read (the host's session cookie's value or id): the consent and
+    /// account forms' CSRF tokens are bound to it, so it is a secret.
+    pub session: String,
+}
+
+impl std::fmt::Debug for SignedIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedIn")
+            .field("account", &self.account)
+            .field("session", &"***")
+            .finish()
+    }
+}
+
+/// A host's own sign-in: a platform that already signs its users in tells
+/// the dialog and the account page who is signed in, from its own session
+/// on the request; and where to send a browser with nobody signed in.
+///
+/// With a `HostSignIn`, the pages never show our sign-in form and never use
+/// the throttle or a [`PasswordVerifier`](crate::PasswordVerifier): the
+/// host's sign-in does all of that.
+#[async_trait]
+pub trait HostSignIn: Send + Sync {
+    /// The account signed in on `request`, `Ok(None)` if nobody is. Called
+    /// by the pages on every request (the consent form is checked again on
+    /// its post).
+    ///
+    /// # Errors
+    /// The host's session store failed: the pages answer 503.
+    async fn signed_in(&self, request: &PageRequest<'_>) -> Result<Option<SignedIn>, StoreError>;
+
+    /// Where to send a browser that nobody is signed in on (303), so that it
+    /// comes back to `return_to` (a path of ours, with its query) once
+    /// signed in.
+    fn sign_in_location(&self, return_to: &str) -> String;
+}
+
+/// How the pages learn who is signed in.
+#[derive(Clone)]
+pub enum SignInMethod {
+    /// Our sign-in form, throttle, passwords and session cookie.
+    Form(Arc<FormSignIn>),
+    /// The host's own session; our form is never shown.
+    Host(Arc<dyn HostSignIn>),
+}
+
+impl std::fmt::Debug for SignInMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SignInMethod::Form(form) => f.debug_tuple("Form").field(form).finish(),
+            SignInMethod::Host(_) => f.write_str("Host(..)"),
+        }
+    }
+}
+
+/// What the sign-in page shows above its form, and how it is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Notice {
+    /// Nothing: the form is shown for the first time (200).
+    None,
+    /// The e-mail or the password was wrong (400).
+    WrongPassword,
+    /// The session ended before a form of a signed-in page was posted (400).
+    SessionExpired,
+    /// Throttled: too many failures (429).
+    TooManyAttempts {
+        /// Seconds until the next attempt is admitted.
+        retry_after: u64,
+    },
+    /// Every password check slot stayed taken (503).
+    Busy {
+        /// Seconds to wait.
+        retry_after: u64,
+    },
+}
+
+impl Notice {
+    /// The HTTP status of a sign-in page with this notice.
+    pub fn status(&self) -> u16 {
+        match self {
+            Notice::None => 200,
+            Notice::WrongPassword | Notice::SessionExpired => 400,
+            Notice::TooManyAttempts { .. } => 429,
+            Notice::Busy { .. } => 503,
+        }
+    }
+
+    /// The `Retry-After` seconds of a sign-in page with this notice.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Notice::None | Notice::WrongPassword | Notice::SessionExpired => None,
+            Notice::TooManyAttempts { retry_after } | Notice::Busy { retry_after } => {
+                Some(*retry_after)
+            }
+        }
+    }
+}
