@@ -16,8 +16,6 @@ use conversion_gateway::{Gateway, HttpAnswer};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 
-use crate::session::random_token;
-
 /// The header that carries a request's id, both ways.
 pub const REQUEST_ID: &str = "x-request-id";
 
@@ -154,7 +152,10 @@ pub fn request_id(request: &Request) -> String {
         .get(REQUEST_ID)
         .and_then(|value| value.to_str().ok())
         .filter(|id| is_well_formed(id))
-        .map_or_else(|| random_token(12), str::to_owned)
+        .map_or_else(
+            || conversion_gateway::random_token(&conversion_gateway::OsRandom, 12),
+            str::to_owned,
+        )
 }
 
 /// Whether a client-sent id can be logged and echoed as it is.

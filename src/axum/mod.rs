@@ -35,8 +35,8 @@
 
 mod bearer;
 mod cors;
-pub mod pages;
 mod extract;
+pub mod pages;
 mod respond;
 mod router;
 

@@ -218,7 +218,9 @@ mod tests {
     fn form_fields_keep_the_first_value_and_ignore_others() {
         let [a, b] = form_fields(b"b=2&x=9&a=1&a=3", ["a", "b"]);
         assert_eq!((a.as_str(), b.as_str()), ("1", "2"));
-        assert!(is_form(Some("Application/X-WWW-Form-Urlencoded; charset=utf-8")));
+        assert!(is_form(Some(
+            "Application/X-WWW-Form-Urlencoded; charset=utf-8"
+        )));
         assert!(!is_form(Some("application/json")));
         assert!(!is_form(None));
     }

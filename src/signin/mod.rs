@@ -127,6 +127,22 @@ pub enum SignInMethod {
     Host(Arc<dyn HostSignIn>),
 }
 
+impl SignInMethod {
+    /// Our form, its passwords checked by `passwords` and its failures
+    /// throttled within `limits`.
+    pub fn form(
+        passwords: impl crate::signin::password::PasswordVerifier + 'static,
+        limits: crate::signin::throttle::ThrottleLimits,
+    ) -> Self {
+        SignInMethod::Form(Arc::new(FormSignIn::new(Arc::new(passwords), limits)))
+    }
+
+    /// The host's own sign-in.
+    pub fn host(host: impl HostSignIn + 'static) -> Self {
+        SignInMethod::Host(Arc::new(host))
+    }
+}
+
 impl std::fmt::Debug for SignInMethod {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

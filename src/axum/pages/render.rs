@@ -29,7 +29,12 @@ pub(crate) fn render(reply: PageReply, templates: &dyn Templates, style_hash: &s
     let mut response = match reply.view {
         PageView::SignIn(form) => {
             retry_after = form.notice.retry_after();
-            page(form.notice.status(), "Sign in", templates.sign_in(&form), None)
+            page(
+                form.notice.status(),
+                "Sign in",
+                templates.sign_in(&form),
+                None,
+            )
         }
         PageView::Consent(screen) => {
             // A redirect URI whose origin cannot be written in the policy
@@ -44,7 +49,12 @@ pub(crate) fn render(reply: PageReply, templates: &dyn Templates, style_hash: &s
         }
         PageView::Apps(list) => {
             let status = if list.notice.is_some() { 404 } else { 200 };
-            page(status, "Connected applications", templates.apps(&list), None)
+            page(
+                status,
+                "Connected applications",
+                templates.apps(&list),
+                None,
+            )
         }
         PageView::SeeOther(location) => {
             let mut response = Response::new(Body::empty());
