@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::Request;
 use conversion_gateway::{
-    AccountId, Argon2Passwords, HostSignIn, PageRequest, SignInMethod, SignedIn, StoreError,
+    AccountId, Argon2Passwords, HostSignIn, PageRequest, RequestParts, SignInMethod, SignedIn,
+    StoreError,
 };
 
 use crate::{PEER, REDIRECT_URI, Server, form};
@@ -40,6 +41,12 @@ impl HostSignIn for HostSessions {
 
 /// The pages with the host's sign-in, and its session of the account.
 async fn host_server() -> (Server, String) {
+    let (server, cookie, _) = host_server_with_sessions().await;
+    (server, cookie)
+}
+
+/// The pages with the host's sign-in, the host's sessions beside them.
+async fn host_server_with_sessions() -> (Server, String, HostSessions) {
     let sessions = HostSessions::default();
     let server = Server::with_sign_in(
         SignInMethod::host(sessions.clone()),
@@ -52,12 +59,12 @@ async fn host_server() -> (Server, String) {
         .lock()
         .unwrap()
         .insert("h-0123456789abcdef".into(), server.demo.account.id);
-    (server, cookie)
+    (server, cookie, sessions)
 }
 
 #[tokio::test]
 async fn a_host_session_goes_straight_to_consent_and_the_code_is_issued() {
-    let (server, host_cookie) = host_server().await;
+    let (server, host_cookie, sessions) = host_server_with_sessions().await;
     let query = server.dialog_query();
     let consent = server
         .get(&format!("/auth/dialog?{query}"), &host_cookie)
@@ -66,7 +73,10 @@ async fn a_host_session_goes_straight_to_consent_and_the_code_is_issued() {
     let html = consent.text();
     assert!(html.contains("Allow access?"), "{html}");
     assert!(html.contains("demo@example.com"), "{html}");
-    assert!(!html.contains(r#"name="password""#), "no sign-in form: {html}");
+    assert!(
+        !html.contains(r#"name="password""#),
+        "no sign-in form: {html}"
+    );
     assert!(consent.cookie("cg_login").is_none(), "no login nonce");
     assert!(consent.cookie("cg_session").is_none(), "no session of ours");
 
@@ -92,15 +102,43 @@ async fn a_host_session_goes_straight_to_consent_and_the_code_is_issued() {
         location.starts_with(&format!("{REDIRECT_URI}?code=")) && location.ends_with("&state=s1"),
         "{location}"
     );
-    // The token is bound to the host's session: another session's post is
-    // refused as a forgery.
+
+    // The code is the host's account's: the application's tokens act for it.
+    let code = location["?code=".len() + REDIRECT_URI.len()..]
+        .split('&')
+        .next()
+        .unwrap_or_default();
+    let exchange = form(&[
+        ("grant_type", "authorization_code"),
+        ("client_id", server.demo.client_id.as_str()),
+        ("client_secret", server.demo.client_secret.as_str()),
+        ("code", code),
+        ("redirect_uri", REDIRECT_URI),
+    ]);
+    let tokens = server
+        .gateway
+        .token(&RequestParts {
+            content_type: Some("application/x-www-form-urlencoded"),
+            body: exchange.as_bytes(),
+            ..RequestParts::default()
+        })
+        .await
+        .expect("the code is exchanged");
+    let bearer = format!("Bearer {}", tokens.access_token.expose());
+    let caller = server.gateway.authenticate_bearer(Some(&bearer)).await;
+    assert_eq!(caller.expect("a caller").account_id, server.demo.account.id);
+
+    // The form's token is bound to the host's session: posted from another
+    // session of the same account, it is refused as a forgery.
+    sessions
+        .0
+        .lock()
+        .unwrap()
+        .insert("h-other".into(), server.demo.account.id);
     let other = server
-        .send_from(
-            Some(PEER),
-            post("host_session=h-someone-else", form(&fields)),
-        )
+        .send_from(Some(PEER), post("host_session=h-other", form(&fields)))
         .await;
-    assert_eq!(other.status, 303, "no session: to the host's sign-in");
+    assert_eq!(other.status, 403, "{}", other.text());
 }
 
 #[tokio::test]
@@ -111,7 +149,8 @@ async fn without_a_host_session_the_browser_goes_to_the_hosts_sign_in_never_our_
     assert_eq!(page.status, 303, "{}", page.text());
     let location = page.header("location").unwrap_or_default();
     assert!(
-        location.starts_with("https://host.example/login?return_to=%2Fauth%2Fdialog%3Fclient_id%3D"),
+        location
+            .starts_with("https://host.example/login?return_to=%2Fauth%2Fdialog%3Fclient_id%3D"),
         "{location}"
     );
     assert!(page.cookie("cg_login").is_none());

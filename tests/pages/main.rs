@@ -25,23 +25,23 @@ use http_body_util::BodyExt as _;
 use tower::ServiceExt as _;
 
 /// The address requests come from unless a test says otherwise (TEST-NET-1).
-pub const PEER: &str = "192.0.2.1:50000";
+const PEER: &str = "192.0.2.1:50000";
 
 /// The application's registered redirect URI.
-pub const REDIRECT_URI: &str = "http://127.0.0.1:9/callback";
+const REDIRECT_URI: &str = "http://127.0.0.1:9/callback";
 
 /// The protections of our sign-in form.
 #[derive(Clone, Debug)]
-pub struct LoginLimits {
+struct LoginLimits {
     /// Failed sign-ins allowed per account, address and window.
-    pub throttle: ThrottleLimits,
+    throttle: ThrottleLimits,
     /// Concurrent Argon2 checks.
-    pub hashing: HashingLimit,
+    hashing: HashingLimit,
 }
 
 impl LoginLimits {
     /// The service's defaults.
-    pub fn recommended() -> Self {
+    fn recommended() -> Self {
         Self {
             throttle: ThrottleLimits::default(),
             hashing: HashingLimit::per_core(),
@@ -50,38 +50,39 @@ impl LoginLimits {
 }
 
 /// An account and an application, as a host would have them.
-pub struct Fixture {
-    pub client_id: String,
-    pub email: String,
-    pub password: String,
-    pub account: Account,
+struct Fixture {
+    client_id: String,
+    client_secret: String,
+    email: String,
+    password: String,
+    account: Account,
 }
 
 /// The pages and the JSON routes on in-memory stores, on a manual clock.
-pub struct Server {
-    pub router: Router,
-    pub demo: Fixture,
-    pub clock: Arc<ManualClock>,
-    pub gateway: Arc<Gateway>,
+struct Server {
+    router: Router,
+    demo: Fixture,
+    clock: Arc<ManualClock>,
+    gateway: Arc<Gateway>,
 }
 
 /// An answer, read whole.
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Bytes,
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
 }
 
 impl Reply {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|value| value.to_str().ok())
     }
 
-    pub fn text(&self) -> String {
+    fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    pub fn cookie(&self, name: &str) -> Option<String> {
+    fn cookie(&self, name: &str) -> Option<String> {
         self.headers
             .get_all("set-cookie")
             .iter()
@@ -91,23 +92,23 @@ impl Reply {
             .map(|(_, value)| value.to_owned())
     }
 
-    pub fn hidden(&self, name: &str) -> String {
+    fn hidden(&self, name: &str) -> String {
         conversion_gateway_testkit::hidden(&self.text(), name)
     }
 }
 
-pub fn form(fields: &[(&str, &str)]) -> String {
+fn form(fields: &[(&str, &str)]) -> String {
     let mut serializer = form_urlencoded::Serializer::new(String::new());
     serializer.extend_pairs(fields);
     serializer.finish()
 }
 
 impl Server {
-    pub async fn new() -> Self {
+    async fn new() -> Self {
         Self::with_limits(LoginLimits::recommended()).await
     }
 
-    pub async fn with_limits(limits: LoginLimits) -> Self {
+    async fn with_limits(limits: LoginLimits) -> Self {
         // The cheapest Argon2 parameters keep the tests fast.
         let passwords = Argon2Passwords::new(8, 1).with_random(Arc::new(SeededRandom::new(5)));
         let sign_in = SignInMethod::form(
@@ -119,7 +120,7 @@ impl Server {
 
     /// The pages with `sign_in`; the account's password hashed by
     /// `passwords`.
-    pub async fn with_sign_in(sign_in: SignInMethod, passwords: &Argon2Passwords) -> Self {
+    async fn with_sign_in(sign_in: SignInMethod, passwords: &Argon2Passwords) -> Self {
         let key = ServerKey::from_hex(&"42".repeat(32)).expect("64 hex digits");
         let clock = Arc::new(ManualClock::at_epoch_of_tests());
         let random = Arc::new(SeededRandom::new(7));
@@ -136,7 +137,7 @@ impl Server {
         let password = "demo-password".to_owned();
         account.password_hash = Some(passwords.hash(&password));
         gateway.create_account(&account).await.expect("an account");
-        let (client, _) = gateway
+        let (client, secret) = gateway
             .register_client(ClientRegistration::new("Demo App", [REDIRECT_URI]))
             .await
             .expect("an application");
@@ -148,6 +149,7 @@ impl Server {
             router,
             demo: Fixture {
                 client_id: client.id.to_string(),
+                client_secret: secret.expose().to_owned(),
                 email: account.email.clone(),
                 password,
                 account,
@@ -159,7 +161,7 @@ impl Server {
 
     /// Sends `request` as if from `address` (`None`: without the address,
     /// as a host that forgot `ConnectInfo` would).
-    pub async fn send_from(&self, address: Option<&str>, mut request: Request<Body>) -> Reply {
+    async fn send_from(&self, address: Option<&str>, mut request: Request<Body>) -> Reply {
         if let Some(address) = address {
             let address: SocketAddr = address.parse().expect("a socket address");
             request.extensions_mut().insert(ConnectInfo(address));
@@ -179,7 +181,7 @@ impl Server {
         }
     }
 
-    pub async fn get(&self, uri: &str, cookies: &str) -> Reply {
+    async fn get(&self, uri: &str, cookies: &str) -> Reply {
         let mut request = Request::get(uri);
         if !cookies.is_empty() {
             request = request.header("cookie", cookies);
@@ -188,7 +190,7 @@ impl Server {
             .await
     }
 
-    pub fn dialog_query(&self) -> String {
+    fn dialog_query(&self) -> String {
         let redirect: String = form_urlencoded::byte_serialize(REDIRECT_URI.as_bytes()).collect();
         format!(
             "client_id={}&redirect_uri={redirect}&state=s1",
@@ -198,7 +200,7 @@ impl Server {
 
     /// Opens the sign-in page and posts `email` and `password` from
     /// `address`: the answer to the login form.
-    pub async fn try_sign_in(&self, address: Option<&str>, email: &str, password: &str) -> Reply {
+    async fn try_sign_in(&self, address: Option<&str>, email: &str, password: &str) -> Reply {
         let query = self.dialog_query();
         let page = self.get(&format!("/auth/dialog?{query}"), "").await;
         let nonce = page.cookie("cg_login").expect("a login nonce cookie");
@@ -219,7 +221,7 @@ impl Server {
 
     /// Signs in as the demo account: the session cookie, as a `Cookie`
     /// header value.
-    pub async fn sign_in(&self) -> String {
+    async fn sign_in(&self) -> String {
         let reply = self
             .try_sign_in(Some(PEER), &self.demo.email, &self.demo.password)
             .await;
