@@ -67,10 +67,9 @@ impl PageFlows {
                         set_cookies: self.start_session(&account, ACCOUNT_COOKIE_PATH),
                     },
                     Ok(None) => unknown_form(),
-                    Err(refusal) => match refused(refusal) {
-                        Ok(notice) => self.apps_sign_in(request, &email, notice),
-                        Err(reply) => reply,
-                    },
+                    Err(refusal) => {
+                        refused(refusal, |notice| self.apps_sign_in(request, &email, notice))
+                    }
                 }
             }
             "disconnect" => {

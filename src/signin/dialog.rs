@@ -83,12 +83,9 @@ impl PageFlows {
                         set_cookies: self.start_session(&account, DIALOG_PATH),
                     },
                     Ok(None) => unknown_form(),
-                    Err(refusal) => match refused(refusal) {
-                        Ok(notice) => {
-                            self.login_form(request, &authorization, &query, &email, notice)
-                        }
-                        Err(reply) => reply,
-                    },
+                    Err(refusal) => refused(refusal, |notice| {
+                        self.login_form(request, &authorization, &query, &email, notice)
+                    }),
                 }
             }
             "consent" | "switch" => {

@@ -202,11 +202,12 @@ pub(crate) fn is_form(content_type: Option<&str>) -> bool {
     })
 }
 
-/// A sign-in that could not go through, as the page's reply.
-pub(crate) fn refused(refusal: SignInRefused) -> Result<Notice, PageReply> {
+/// A sign-in that could not go through, as the page's reply: the sign-in
+/// form again (`form`) with the refusal's notice, or "unavailable".
+pub(crate) fn refused(refusal: SignInRefused, form: impl FnOnce(Notice) -> PageReply) -> PageReply {
     match refusal {
-        SignInRefused::Notice(notice) => Ok(notice),
-        SignInRefused::Store(error) => Err(PageView::Unavailable(error).into()),
+        SignInRefused::Notice(notice) => form(notice),
+        SignInRefused::Store(error) => PageView::Unavailable(error).into(),
     }
 }
 
