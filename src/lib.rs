@@ -212,14 +212,14 @@ mod signin;
 pub use signin::argon2::{Argon2Passwords, Argon2Verifier, Busy, HashingLimit};
 pub use signin::flows::{ACCOUNT_COOKIE_PATH, APPS_PATH, PageFlows};
 pub use signin::form::{FormSignIn, SignInRefused};
+pub use signin::method::{HostSignIn, PageRequest, SignInMethod, SignedIn};
 pub use signin::password::{PasswordCheck, PasswordVerifier};
 pub use signin::session::{
     LOGIN_COOKIE, PageKeys, SESSION_COOKIE, SESSION_SECONDS, cookie, login_nonce, same_token,
     set_cookie,
 };
 pub use signin::throttle::{Attempt, AttemptOutcome, LoginThrottle, ThrottleLimits, Throttled};
-pub use signin::view::{AppsList, ConsentScreen, PageReply, PageView, SignInForm};
-pub use signin::{HostSignIn, Notice, PageRequest, SignInMethod, SignedIn};
+pub use signin::view::{AppsList, ConsentScreen, Notice, PageReply, PageView, SignInForm};
 
 // Storage: the traits, memory, SQLite and PostgreSQL, the conformance suite.
 mod store;

@@ -12,9 +12,9 @@ use crate::records::grant::GrantId;
 use crate::signin::flows::{
     ACCOUNT_COOKIE_PATH, APPS_PATH, PageFlows, Visitor, form_fields, is_form, refused,
 };
+use crate::signin::method::{PageRequest, SignInMethod};
 use crate::signin::session::{LOGIN_COOKIE, same_token};
-use crate::signin::view::{AppsList, PageReply, PageView, SignInForm};
-use crate::signin::{Notice, PageRequest};
+use crate::signin::view::{AppsList, Notice, PageReply, PageView, SignInForm};
 
 /// The notice of a disconnect for a grant the account does not hold.
 const NOT_CONNECTED: &str = "That application is not connected.";
@@ -49,7 +49,7 @@ impl PageFlows {
         let [action, csrf, email, password, grant] =
             form_fields(body, ["action", "csrf", "email", "password", "grant"]);
         match action.as_str() {
-            "login" if matches!(self.method, crate::signin::SignInMethod::Form(_)) => {
+            "login" if matches!(self.method, SignInMethod::Form(_)) => {
                 let nonce = request.cookie(LOGIN_COOKIE).unwrap_or_default();
                 if nonce.is_empty() || !same_token(&self.keys.account_login_token(nonce), &csrf) {
                     return expired();

@@ -5,10 +5,11 @@
 //! redirect it gets.
 
 use crate::oauth::dialog::{AuthorizationRequest, DialogError};
+use crate::signin::flows::Visitor;
 use crate::signin::flows::{DIALOG_PATH, PageFlows, form_fields, is_form, refused};
+use crate::signin::method::{PageRequest, SignInMethod};
 use crate::signin::session::{LOGIN_COOKIE, SESSION_COOKIE, same_token};
-use crate::signin::view::{ConsentScreen, PageReply, PageView, SignInForm};
-use crate::signin::{Notice, PageRequest};
+use crate::signin::view::{ConsentScreen, Notice, PageReply, PageView, SignInForm};
 
 impl PageFlows {
     /// `GET /auth/dialog?query`: validates the request, then shows the
@@ -61,7 +62,7 @@ impl PageFlows {
         };
         let again = || PageView::SeeOther(format!("{DIALOG_PATH}?{query}"));
         match action.as_str() {
-            "login" if matches!(self.method, crate::signin::SignInMethod::Form(_)) => {
+            "login" if matches!(self.method, SignInMethod::Form(_)) => {
                 let nonce = request.cookie(LOGIN_COOKIE).unwrap_or_default();
                 if nonce.is_empty() || !same_token(&self.keys.login_token(nonce, &query), &csrf) {
                     return expired(&query);
@@ -102,12 +103,12 @@ impl PageFlows {
                 }
                 if action == "switch" {
                     return match &self.method {
-                        crate::signin::SignInMethod::Form(_) => PageReply {
+                        SignInMethod::Form(_) => PageReply {
                             view: again(),
                             set_cookies: vec![self.cookie_at(DIALOG_PATH, SESSION_COOKIE, "", 0)],
                         },
                         // The host's session is the host's to end.
-                        crate::signin::SignInMethod::Host(host) => {
+                        SignInMethod::Host(host) => {
                             let return_to = format!("{DIALOG_PATH}?{query}");
                             PageView::SeeOther(host.sign_in_location(&return_to)).into()
                         }
@@ -157,7 +158,7 @@ impl PageFlows {
         &self,
         authorization: &AuthorizationRequest,
         query: &str,
-        visitor: crate::signin::flows::Visitor,
+        visitor: Visitor,
     ) -> PageReply {
         PageView::Consent(ConsentScreen {
             client_name: authorization.client_name().to_owned(),

@@ -13,11 +13,11 @@ use crate::gateway::Gateway;
 use crate::random::{OsRandom, RandomSource, random_token};
 use crate::server_key::ServerKey;
 use crate::signin::form::{FormSignIn, SignInRefused};
+use crate::signin::method::{PageRequest, SignInMethod, SignedIn};
 use crate::signin::session::{
     LOGIN_COOKIE, PageKeys, SESSION_COOKIE, SESSION_SECONDS, login_nonce, set_cookie,
 };
-use crate::signin::view::{PageReply, PageView, SignInForm};
-use crate::signin::{Notice, PageRequest, SignInMethod, SignedIn};
+use crate::signin::view::{Notice, PageReply, PageView, SignInForm};
 use crate::store::error::StoreError;
 
 /// The dialog's path, and the path of its cookies.

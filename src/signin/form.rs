@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use crate::account::Account;
 use crate::gateway::Gateway;
-use crate::signin::Notice;
 use crate::signin::password::{PasswordCheck, PasswordVerifier};
 use crate::signin::throttle::{AttemptOutcome, LoginThrottle, ThrottleLimits, Throttled};
+use crate::signin::view::Notice;
 use crate::store::error::StoreError;
 
 /// Our sign-in: e-mail and password, checked by a [`PasswordVerifier`]

@@ -6,7 +6,6 @@ use crate::account::Account;
 use crate::answer::HttpAnswer;
 use crate::oauth::dialog::DialogError;
 use crate::oauth::lifecycle::ConnectedApp;
-use crate::signin::Notice;
 use crate::store::error::StoreError;
 
 /// A flow's answer: a view and the `Set-Cookie` values to send with it.
@@ -118,4 +117,48 @@ pub struct AppsList {
     pub csrf: String,
     /// A notice above the list ("That application is not connected.").
     pub notice: Option<&'static str>,
+}
+
+/// What the sign-in page shows above its form, and how it is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Notice {
+    /// Nothing: the form is shown for the first time (200).
+    None,
+    /// The e-mail or the password was wrong (400).
+    WrongPassword,
+    /// The session ended before a form of a signed-in page was posted (400).
+    SessionExpired,
+    /// Throttled: too many failures (429).
+    TooManyAttempts {
+        /// Seconds until the next attempt is admitted.
+        retry_after: u64,
+    },
+    /// Every password check slot stayed taken (503).
+    Busy {
+        /// Seconds to wait.
+        retry_after: u64,
+    },
+}
+
+impl Notice {
+    /// The HTTP status of a sign-in page with this notice.
+    pub fn status(&self) -> u16 {
+        match self {
+            Notice::None => 200,
+            Notice::WrongPassword | Notice::SessionExpired => 400,
+            Notice::TooManyAttempts { .. } => 429,
+            Notice::Busy { .. } => 503,
+        }
+    }
+
+    /// The `Retry-After` seconds of a sign-in page with this notice.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Notice::None | Notice::WrongPassword | Notice::SessionExpired => None,
+            Notice::TooManyAttempts { retry_after } | Notice::Busy { retry_after } => {
+                Some(*retry_after)
+            }
+        }
+    }
 }

@@ -67,8 +67,8 @@ use crate::axum::extract::OAuthRequest;
 use crate::axum::pages::render::render;
 use crate::axum::respond::json_errors;
 use crate::axum::router::REQUEST_TIMEOUT;
-use crate::signin::PageRequest;
 use crate::signin::flows::{APPS_PATH, DIALOG_PATH, PageFlows, is_form};
+use crate::signin::method::PageRequest;
 use crate::signin::view::{PageReply, PageView};
 
 /// The largest form of the account page: a few short fields. Applied while

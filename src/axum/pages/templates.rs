@@ -7,9 +7,8 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::oauth::dialog::DialogError;
 use crate::oauth::lifecycle::ConnectedApp;
-use crate::signin::Notice;
 use crate::signin::flows::{APPS_PATH, DIALOG_PATH};
-use crate::signin::view::{AppsList, ConsentScreen, SignInForm};
+use crate::signin::view::{AppsList, ConsentScreen, Notice, SignInForm};
 
 /// The default pages' style sheet, inlined in every page.
 pub const STYLE: &str = "\
