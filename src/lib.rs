@@ -23,11 +23,17 @@
 //!   the request parts an adapter extracted ([`RequestParts`]) and returns a
 //!   typed result, which [`Gateway::answer`] turns into an [`HttpAnswer`]
 //!   (status, headers, JSON). The optional `axum` feature (module `axum`)
-//!   serves every JSON route as one router; the `http` feature converts to
-//!   and from the `http` crate's types. `examples/server/` is the complete
-//!   service on axum; `examples/hyper_adapter.rs` shows another stack.
-//! - No login UI and no password hashing: the host renders the dialog's pages
-//!   and verifies passwords; [`Account::password_hash`] holds its PHC string.
+//!   serves every JSON route as one router, and the dialog's and account's
+//!   pages (`axum::pages`); the `http` feature converts to and from the
+//!   `http` crate's types. The `server/` package is the complete service on
+//!   axum; `examples/hyper_adapter.rs` shows another stack.
+//! - No framework in sign-in and consent either: [`PageFlows`] decides who
+//!   is signed in (our form with [`LoginThrottle`] and a
+//!   [`PasswordVerifier`], or the host's own session through
+//!   [`HostSignIn`]) and which page or redirect a browser gets; an adapter
+//!   renders its [`PageReply`]. Password hashing is the `argon2` feature's
+//!   (or the host's own verifier); [`Account::password_hash`] holds the PHC
+//!   string.
 //! - No wall clock or random source inside the decisions: [`Clock`] and
 //!   [`RandomSource`] are injected, so every lifecycle test is deterministic.
 //!
