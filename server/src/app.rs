@@ -23,6 +23,10 @@ use axum::http::HeaderValue;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use conversion_gateway::axum::pages::{self, PagesState};
+use conversion_gateway::{
+    Argon2Passwords, Argon2Verifier, HashingLimit, PageFlows, ServerKey, SignInMethod, SystemClock,
+    ThrottleLimits,
+};
 
 use crate::operating;
 
@@ -41,6 +45,18 @@ pub fn router(
         // request through it another boxed copy of the route.
         .layer(CatchPanicLayer::custom(panic_as_json))
         .merge(conversion_gateway::axum::router(gateway))
+}
+
+/// The dialog's and the account's pages on `gateway`: our sign-in form,
+/// its passwords checked by `passwords` (one check per core at a time) and
+/// its failures throttled with the library's defaults, sessions and CSRF
+/// tokens keyed from `key`.
+pub fn pages(gateway: Arc<Gateway>, key: &ServerKey, passwords: Argon2Passwords) -> PagesState {
+    let sign_in = SignInMethod::form(
+        Argon2Verifier::new(passwords, HashingLimit::per_core()),
+        ThrottleLimits::default(),
+    );
+    PagesState::new(PageFlows::new(gateway, key, sign_in, Arc::new(SystemClock)))
 }
 
 /// `router` under the request log ([`log_request`]), which wraps the router

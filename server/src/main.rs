@@ -38,9 +38,8 @@ use std::time::Duration;
 
 use conversion_gateway::axum::pages::PagesState;
 use conversion_gateway::{
-    Argon2Passwords, Argon2Verifier, ClientSecret, Gateway, GatewayConfig, HashingLimit,
-    NatsEventSink, NatsOptions, OsRandom, PageFlows, PurgeReport, RefreshPolicy, ServerKey,
-    SignInMethod, SystemClock, ThrottleLimits, exposed_files, sqlite_files,
+    Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, OsRandom,
+    PurgeReport, RefreshPolicy, ServerKey, sqlite_files,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -51,6 +50,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use demo::seed_demo;
 use limits::LimitSettings;
 use metrics_exporter_prometheus::PrometheusHandle;
+use operating::warn_if_exposed;
 use serve::{ConnectionLimits, Drained};
 use store::{OpenStore, StoreChoice};
 
@@ -533,12 +533,7 @@ async fn start(args: &Args) -> Result<Started, String> {
         "demo credentials written (client id and secret, API key, e-mail and password)"
     );
 
-    let sign_in = SignInMethod::form(
-        Argon2Verifier::new(passwords, HashingLimit::per_core()),
-        ThrottleLimits::default(),
-    );
-    let flows = PageFlows::new(gateway.clone(), &key, sign_in, Arc::new(SystemClock));
-    let dialog = PagesState::new(flows);
+    let dialog = app::pages(gateway.clone(), &key, passwords);
     tracing::info!(
         %address,
         %base_url,
@@ -736,19 +731,6 @@ fn key_file(path: &Path) -> Result<ServerKey, String> {
         tracing::info!(path = %path.display(), "server key: read from the key file");
     }
     Ok(key)
-}
-
-/// Warns, naming the file and its mode (never its contents), about each of
-/// `paths` that users other than its owner may read or write: the key file
-/// and the database hold what every token's hash depends on.
-fn warn_if_exposed(paths: &[PathBuf]) {
-    for file in exposed_files(paths) {
-        tracing::warn!(
-            path = %file.path.display(),
-            mode = format_args!("{:o}", file.mode),
-            "users other than the owner may read or write this file: run chmod 600 on it"
-        );
-    }
 }
 
 /// An error and its causes, for a message that says what really failed.

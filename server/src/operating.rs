@@ -1,8 +1,9 @@
 //! What whoever runs the server needs: `GET /healthz` (the process
 //! serves), `GET /readyz` (every store answers; a load balancer routes
 //! around an instance whose database is gone), `GET /metrics` (the
-//! library's figures in the Prometheus text format), and the request id
-//! that ties a client's report to the log.
+//! library's figures in the Prometheus text format), the request id that
+//! ties a client's report to the log, and the warning about private files
+//! that other users may read.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,6 +165,19 @@ fn is_well_formed(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Warns, naming the file and its mode (never its contents), about each of
+/// `paths` that users other than its owner may read or write: the key file
+/// and the database hold what every token's hash depends on.
+pub fn warn_if_exposed(paths: &[std::path::PathBuf]) {
+    for file in conversion_gateway::exposed_files(paths) {
+        tracing::warn!(
+            path = %file.path.display(),
+            mode = format_args!("{:o}", file.mode),
+            "users other than the owner may read or write this file: run chmod 600 on it"
+        );
+    }
 }
 
 #[cfg(test)]
