@@ -2,11 +2,13 @@
 //! what a binary cannot show: a clock the test moves (session expiry, the
 //! end of a throttle window), a password check slot the test holds, client
 //! addresses beyond loopback, a host that forgets `ConnectInfo` (`dialog`),
-//! and a host that signs its users in itself (`host_sign_in`). The service
+//! a host that signs its users in itself (`host_sign_in`), and a host's own
+//! HTML and the flows without a framework (`templates`). The service
 //! binary's black-box tests (server/tests/server) cover the rest.
 
 mod dialog;
 mod host_sign_in;
+mod templates;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
