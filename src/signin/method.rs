@@ -68,7 +68,7 @@ impl std::fmt::Debug for SignedIn {
 /// on the request; and where to send a browser with nobody signed in.
 ///
 /// With a `HostSignIn`, the pages never show our sign-in form and never use
-/// the throttle or a [`PasswordVerifier`](crate::PasswordVerifier): the
+/// the throttle or a [`PasswordVerifier`]: the
 /// host's sign-in does all of that.
 #[async_trait]
 pub trait HostSignIn: Send + Sync {

@@ -2,7 +2,7 @@
 //! in, the sign-in form with its throttle and password checks, sessions and
 //! CSRF tokens, and the flows of the dialog (`/auth/dialog`) and of the
 //! page of connected applications (`/account/apps`). No framework and no
-//! HTML here: each flow returns a [`PageReply`], which the `axum` feature's
+//! HTML here: each flow returns a [`PageReply`](crate::PageReply), which the `axum` feature's
 //! pages (or a host's own adapter) render.
 //!
 //! ```text
@@ -21,9 +21,9 @@
 //! POST /account/apps action=login|disconnect   PageFlows::apps_form
 //! ```
 //!
-//! Who is signed in is a [`SignInMethod`]: our form ([`FormSignIn`]:
+//! Who is signed in is a [`SignInMethod`](crate::SignInMethod): our form ([`FormSignIn`](crate::FormSignIn):
 //! throttle, passwords, our session cookie), or a host's own session
-//! ([`HostSignIn`], as Hydra's login and consent providers work), in which
+//! ([`HostSignIn`](crate::HostSignIn), as Hydra's login and consent providers work), in which
 //! case our form, throttle and passwords are not used at all.
 
 pub(crate) mod account;
