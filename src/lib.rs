@@ -23,11 +23,17 @@
 //!   the request parts an adapter extracted ([`RequestParts`]) and returns a
 //!   typed result, which [`Gateway::answer`] turns into an [`HttpAnswer`]
 //!   (status, headers, JSON). The optional `axum` feature (module `axum`)
-//!   serves every JSON route as one router; the `http` feature converts to
-//!   and from the `http` crate's types. `examples/server/` is the complete
-//!   service on axum; `examples/hyper_adapter.rs` shows another stack.
-//! - No login UI and no password hashing: the host renders the dialog's pages
-//!   and verifies passwords; [`Account::password_hash`] holds its PHC string.
+//!   serves every JSON route as one router, and the dialog's and account's
+//!   pages (`axum::pages`); the `http` feature converts to and from the
+//!   `http` crate's types. The `server/` package is the complete service on
+//!   axum; `examples/hyper_adapter.rs` shows another stack.
+//! - No framework in sign-in and consent either: [`PageFlows`] decides who
+//!   is signed in (our form with [`LoginThrottle`] and a
+//!   [`PasswordVerifier`], or the host's own session through
+//!   [`HostSignIn`]) and which page or redirect a browser gets; an adapter
+//!   renders its [`PageReply`]. Password hashing is the `argon2` feature's
+//!   (or the host's own verifier); [`Account::password_hash`] holds the PHC
+//!   string.
 //! - No wall clock or random source inside the decisions: [`Clock`] and
 //!   [`RandomSource`] are injected, so every lifecycle test is deterministic.
 //!
@@ -131,7 +137,10 @@ mod answer;
 pub use answer::{AnswerBody, AnswerContext, HttpAnswer, ToHttpAnswer};
 
 mod random;
-pub use random::{OsRandom, RandomSource, SeededRandom, random_uuid};
+pub use random::{OsRandom, RandomSource, SeededRandom, random_token, random_uuid};
+
+mod server_key;
+pub use server_key::{ExposedFile, ServerKey, exposed_files, sqlite_files};
 
 mod request;
 pub use request::{ParamsError, RequestParts};
@@ -201,6 +210,22 @@ pub use intake::validator::vocabulary::{
     LegalBasis, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
 };
 pub use intake::validator::{validate_batch, validate_conversion};
+
+// Sign-in, consent and the account page, as library calls: the throttle,
+// passwords, sessions and CSRF tokens, and the pages' flows.
+mod signin;
+#[cfg(feature = "argon2")]
+pub use signin::argon2::{Argon2Passwords, Argon2Verifier, Busy, HashingLimit};
+pub use signin::flows::{ACCOUNT_COOKIE_PATH, APPS_PATH, PageFlows};
+pub use signin::form::{FormSignIn, SignInRefused};
+pub use signin::method::{HostSignIn, PageRequest, SignInMethod, SignedIn};
+pub use signin::password::{PasswordCheck, PasswordVerifier};
+pub use signin::session::{
+    LOGIN_COOKIE, PageKeys, SESSION_COOKIE, SESSION_SECONDS, cookie, login_nonce, same_token,
+    set_cookie,
+};
+pub use signin::throttle::{Attempt, AttemptOutcome, LoginThrottle, ThrottleLimits, Throttled};
+pub use signin::view::{AppsList, ConsentScreen, Notice, PageReply, PageView, SignInForm};
 
 // Storage: the traits, memory, SQLite and PostgreSQL, the conformance suite.
 mod store;

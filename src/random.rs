@@ -67,6 +67,16 @@ impl RandomSource for SeededRandom {
     }
 }
 
+/// `bytes` random bytes from `random`, base64url without padding: a token
+/// for a cookie, a form or a generated password (16 bytes make 22
+/// characters).
+pub fn random_token(random: &dyn RandomSource, bytes: usize) -> String {
+    use base64::Engine as _;
+    let mut buffer = vec![0u8; bytes];
+    random.fill_bytes(&mut buffer);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(buffer)
+}
+
 /// A version 4 UUID drawn from `random`.
 pub fn random_uuid(random: &dyn RandomSource) -> Uuid {
     let mut bytes = [0u8; 16];

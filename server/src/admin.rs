@@ -28,8 +28,6 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
-use crate::passwords::Passwords;
-use crate::session::random_token;
 use crate::store::{OpenStore, StoreChoice};
 use crate::{Args, describe, server_key};
 
@@ -409,10 +407,12 @@ impl Command {
                 if existing.is_some() {
                     return Err(taken());
                 }
-                let password = random_token(PASSWORD_BYTES);
+                let password =
+                    conversion_gateway::random_token(&conversion_gateway::OsRandom, PASSWORD_BYTES);
                 // The server checks a sign-in with the parameters written in
                 // the hash, so any would do; these are what it recommends.
-                account.password_hash = Some(Passwords::recommended().hash(&password));
+                account.password_hash =
+                    Some(conversion_gateway::Argon2Passwords::recommended().hash(&password));
                 match gateway.create_account(&account).await {
                     Ok(()) => {}
                     // Created by someone else since the look-up.

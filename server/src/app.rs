@@ -1,8 +1,8 @@
 //! The whole app as one router: the library's JSON routes
 //! (`conversion_gateway::axum::router`: token, revocation and the three
 //! event routes, with their body limits, CORS, JSON errors and their own
-//! answer to panics) merged with the dialog's pages, the account's page of
-//! connected applications and the operator's endpoints (`/healthz`,
+//! answer to panics) merged with the library's pages (the dialog and the
+//! account's page of connected applications) and the operator's endpoints (`/healthz`,
 //! `/readyz`, `/metrics`), which get a JSON 500 for panics here; and the
 //! request log with request ids around all of it.
 
@@ -22,8 +22,12 @@ use tower_http::catch_panic::CatchPanicLayer;
 use axum::http::HeaderValue;
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::account;
-use crate::dialog::{self, DialogState};
+use conversion_gateway::axum::pages::{self, PagesState};
+use conversion_gateway::{
+    Argon2Passwords, Argon2Verifier, HashingLimit, PageFlows, ServerKey, SignInMethod, SystemClock,
+    ThrottleLimits,
+};
+
 use crate::operating;
 
 /// Every route of the service on `gateway`, the dialog's with `dialog`,
@@ -31,17 +35,28 @@ use crate::operating;
 /// Serve it [`logged`].
 pub fn router(
     gateway: Arc<Gateway>,
-    dialog: DialogState,
+    dialog: PagesState,
     metrics: Option<PrometheusHandle>,
 ) -> Router {
-    dialog::routes(dialog.clone())
-        .merge(account::routes(dialog))
+    pages::routes(dialog)
         .merge(operating::routes(gateway.clone(), metrics))
         // Only on the routes merged so far: the library's routes answer
         // their own panics, and each layer axum puts on a route costs every
         // request through it another boxed copy of the route.
         .layer(CatchPanicLayer::custom(panic_as_json))
         .merge(conversion_gateway::axum::router(gateway))
+}
+
+/// The dialog's and the account's pages on `gateway`: our sign-in form,
+/// its passwords checked by `passwords` (one check per core at a time) and
+/// its failures throttled with the library's defaults, sessions and CSRF
+/// tokens keyed from `key`.
+pub fn pages(gateway: Arc<Gateway>, key: &ServerKey, passwords: Argon2Passwords) -> PagesState {
+    let sign_in = SignInMethod::form(
+        Argon2Verifier::new(passwords, HashingLimit::per_core()),
+        ThrottleLimits::default(),
+    );
+    PagesState::new(PageFlows::new(gateway, key, sign_in, Arc::new(SystemClock)))
 }
 
 /// `router` under the request log ([`log_request`]), which wraps the router

@@ -19,13 +19,10 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use conversion_gateway::{
-    Account, ApiKeyError, ApiKeyRecord, Client, ClientRegistration, Gateway, RandomSource,
-    SeededRandom, StoreError, Stores,
+    Account, ApiKeyError, ApiKeyRecord, Argon2Passwords, Client, ClientRegistration, Gateway,
+    RandomSource, SeededRandom, ServerKey, StoreError, Stores,
 };
 use serde::Serialize;
-
-use crate::key_file::ServerKey;
-use crate::passwords::Passwords;
 
 /// The demo account's login e-mail.
 pub const DEMO_EMAIL: &str = "demo@example.com";
@@ -121,7 +118,7 @@ pub async fn seed_demo(
     gateway: &Gateway,
     stores: &Stores,
     key: &ServerKey,
-    passwords: &Passwords,
+    passwords: &Argon2Passwords,
 ) -> Result<DemoCredentials, SeedError> {
     let hasher = key.hasher();
     let random = Recorded::new(SeededRandom::from_seed(key.derive(b"demo data")));

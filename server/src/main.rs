@@ -6,43 +6,28 @@
 //! cargo run --example server -- admin client create --name "Lead Sync" --redirect-uri https://app.example/cb
 //! ```
 //!
-//! The JSON routes are the library's (`conversion_gateway::axum::router`);
-//! the rest is what a host owns:
+//! The JSON routes are the library's (`conversion_gateway::axum::router`),
+//! and so are the dialog's and the account's pages
+//! (`conversion_gateway::axum::pages`); the rest is what a host owns:
 //!
 //! | file | what |
 //! |---|---|
 //! | `main.rs` | the command line, logging, start and shutdown |
 //! | `admin.rs` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
 //! | `store.rs` | `--store`: memory, SQLite or PostgreSQL |
-//! | `account.rs` | the signed-in user's connected applications, `/account/apps` |
 //! | `app.rs` | the whole app as one router, with the request log |
-//! | `dialog.rs` | the sign-in and consent pages and their forms |
-//! | `session.rs` | the session cookie, the login nonce, CSRF tokens |
-//! | `passwords.rs` | Argon2id, and the bound on concurrent checks |
-//! | `throttle.rs` | the throttle of failed sign-ins |
-//! | `pages.rs` | the HTML template, escaping and the page headers |
-//! | `key_file.rs` | the server key and the private files' permissions |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
 //! | `operating.rs` | `/healthz`, `/readyz`, `/metrics` and its upkeep, request ids |
 //! | `demo.rs` | the demo app, account and API key, and their file |
 //! | `serve/` | the connections: the accept loop, its bounds (cap and shedding of idle connections, first-byte and header timeouts, open files), shutdown deadline |
 
-mod account;
 mod admin;
 mod app;
 mod demo;
-mod dialog;
-#[cfg(test)]
-mod dialog_tests;
-mod key_file;
 mod limits;
 mod operating;
-mod pages;
-mod passwords;
 mod serve;
-mod session;
 mod store;
-mod throttle;
 
 use std::future::Future;
 use std::io::{self, IsTerminal as _};
@@ -51,9 +36,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conversion_gateway::axum::pages::PagesState;
 use conversion_gateway::{
-    ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, PurgeReport, RefreshPolicy,
-    SystemClock,
+    Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, OsRandom,
+    PurgeReport, RefreshPolicy, ServerKey, sqlite_files,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -62,11 +48,9 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 use demo::seed_demo;
-use dialog::{DialogState, LoginLimits};
-use key_file::{ServerKey, sqlite_files, warn_if_exposed};
 use limits::LimitSettings;
 use metrics_exporter_prometheus::PrometheusHandle;
-use passwords::Passwords;
+use operating::warn_if_exposed;
 use serve::{ConnectionLimits, Drained};
 use store::{OpenStore, StoreChoice};
 
@@ -460,7 +444,7 @@ async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), Strin
 struct Started {
     store: OpenStore,
     listener: TcpListener,
-    dialog: DialogState,
+    dialog: PagesState,
     gateway: Arc<Gateway>,
     connections: ConnectionLimits,
     /// Renders the metrics.
@@ -530,7 +514,7 @@ async fn start(args: &Args) -> Result<Started, String> {
     }
     let gateway = Arc::new(gateway);
 
-    let passwords = Passwords::recommended();
+    let passwords = Argon2Passwords::recommended();
     let demo = seed_demo(&gateway, &stores, &key, &passwords)
         .await
         .map_err(|error| format!("cannot seed the demo data: {}", describe(&error)))?;
@@ -549,13 +533,7 @@ async fn start(args: &Args) -> Result<Started, String> {
         "demo credentials written (client id and secret, API key, e-mail and password)"
     );
 
-    let dialog = DialogState::new(
-        gateway.clone(),
-        &key,
-        passwords,
-        LoginLimits::recommended(),
-        Arc::new(SystemClock),
-    );
+    let dialog = app::pages(gateway.clone(), &key, passwords);
     tracing::info!(
         %address,
         %base_url,
@@ -733,7 +711,7 @@ fn server_key(args: &Args) -> Result<(ServerKey, Option<PathBuf>), String> {
     match &args.store {
         StoreChoice::Memory => {
             tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
-            Ok((ServerKey::generate(), None))
+            Ok((ServerKey::generate(&OsRandom), None))
         }
         StoreChoice::Sqlite(database) => {
             let mut path = database.as_os_str().to_owned();
@@ -745,7 +723,7 @@ fn server_key(args: &Args) -> Result<(ServerKey, Option<PathBuf>), String> {
 }
 
 fn key_file(path: &Path) -> Result<ServerKey, String> {
-    let (key, created) = ServerKey::load_or_create(path)
+    let (key, created) = ServerKey::load_or_create(path, &OsRandom)
         .map_err(|error| format!("cannot use the key file {}: {error}", path.display()))?;
     if created {
         tracing::info!(path = %path.display(), "server key: created a key file; keep it with the store");

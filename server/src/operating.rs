@@ -1,8 +1,9 @@
 //! What whoever runs the server needs: `GET /healthz` (the process
 //! serves), `GET /readyz` (every store answers; a load balancer routes
 //! around an instance whose database is gone), `GET /metrics` (the
-//! library's figures in the Prometheus text format), and the request id
-//! that ties a client's report to the log.
+//! library's figures in the Prometheus text format), the request id that
+//! ties a client's report to the log, and the warning about private files
+//! that other users may read.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +16,6 @@ use axum::routing::get;
 use conversion_gateway::{Gateway, HttpAnswer};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
-
-use crate::session::random_token;
 
 /// The header that carries a request's id, both ways.
 pub const REQUEST_ID: &str = "x-request-id";
@@ -154,7 +153,10 @@ pub fn request_id(request: &Request) -> String {
         .get(REQUEST_ID)
         .and_then(|value| value.to_str().ok())
         .filter(|id| is_well_formed(id))
-        .map_or_else(|| random_token(12), str::to_owned)
+        .map_or_else(
+            || conversion_gateway::random_token(&conversion_gateway::OsRandom, 12),
+            str::to_owned,
+        )
 }
 
 /// Whether a client-sent id can be logged and echoed as it is.
@@ -163,6 +165,19 @@ fn is_well_formed(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Warns, naming the file and its mode (never its contents), about each of
+/// `paths` that users other than its owner may read or write: the key file
+/// and the database hold what every token's hash depends on.
+pub fn warn_if_exposed(paths: &[std::path::PathBuf]) {
+    for file in conversion_gateway::exposed_files(paths) {
+        tracing::warn!(
+            path = %file.path.display(),
+            mode = format_args!("{:o}", file.mode),
+            "users other than the owner may read or write this file: run chmod 600 on it"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -23,9 +23,10 @@
 //! `POST /platform/events` and `POST /platform/events/batch`, and answers
 //! everything else (unknown paths, wrong methods, oversized bodies,
 //! timeouts) in the service's JSON error shape, since the real service's
-//! clients fail on HTML or empty error bodies. The authorization dialog is
-//! not in it: its pages are the host's (see `examples/server/`), built on
-//! [`crate::Gateway::authorization_request`], `approve` and `deny`.
+//! clients fail on HTML or empty error bodies. The authorization dialog and
+//! the account page are in [`pages::routes`], with HTML a host can replace
+//! ([`pages::Templates`]) and a sign-in it can swap for its own
+//! ([`crate::HostSignIn`]).
 //!
 //! A host's own routes use the same pieces: [`OAuthRequest`] and
 //! [`EventRequest`] extract the [`crate::RequestParts`] with the route's
@@ -35,6 +36,7 @@
 mod bearer;
 mod cors;
 mod extract;
+pub mod pages;
 mod respond;
 mod router;
 

@@ -1,5 +1,7 @@
-//! Account passwords: Argon2id hashing and checking, and the bound on how
-//! many checks run at once and on their memory ([`HashingLimit`]).
+//! Account passwords with Argon2id (feature `argon2`): hashing and checking
+//! ([`Argon2Passwords`]), the bound on how many checks run at once and on
+//! their memory ([`HashingLimit`]), and both together as the sign-in form's
+//! [`PasswordVerifier`] ([`Argon2Verifier`]).
 
 use std::fmt;
 use std::num::NonZeroUsize;
@@ -8,36 +10,59 @@ use std::time::Duration;
 
 use argon2::password_hash::SaltString;
 use argon2::{Algorithm, Argon2, Block, Params, PasswordHash, PasswordHasher as _, Version};
-use conversion_gateway::{OsRandom, RandomSource as _};
+use async_trait::async_trait;
 use subtle::ConstantTimeEq as _;
 use tokio::sync::Semaphore;
 
-use crate::session::random_token;
+use crate::random::{OsRandom, RandomSource, random_token};
+use crate::signin::password::{PasswordCheck, PasswordVerifier};
 
 /// Hashes and checks account passwords with Argon2id, a function made for
 /// passwords: slow and memory-hard, unlike the keyed SHA-256 of the core's
 /// high-entropy secrets.
 #[derive(Clone)]
-pub struct Passwords {
+pub struct Argon2Passwords {
     argon2: Argon2<'static>,
     /// A hash of a random password, checked for unknown accounts.
     dummy: String,
+    /// Draws the salts.
+    random: Arc<dyn RandomSource>,
 }
 
-impl Passwords {
+impl fmt::Debug for Argon2Passwords {
+    // Not derived: the dummy hash is nobody's business.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Argon2Passwords")
+            .field("params", self.argon2.params())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Argon2Passwords {
     /// Argon2id with `memory_kib` KiB, `iterations` passes and one lane.
     /// OWASP's recommendation is 19 MiB and 2 passes ([`Self::recommended`]);
     /// tests use the minimum, which is fast and must never guard a real
-    /// password.
+    /// password. Salts come from the operating system
+    /// ([`Self::with_random`] replaces it).
+    ///
+    /// # Panics
+    /// If the parameters are outside Argon2's (fewer than 8 KiB or no pass).
     pub fn new(memory_kib: u32, iterations: u32) -> Self {
         let params = Params::new(memory_kib, iterations, 1, None).expect("valid Argon2 parameters");
         let argon2 = Argon2::new(Algorithm::Argon2id, argon2::Version::V0x13, params);
         let mut passwords = Self {
             argon2,
             dummy: String::new(),
+            random: Arc::new(OsRandom),
         };
-        passwords.dummy = passwords.hash(&random_token(16));
+        passwords.dummy = passwords.hash(&random_token(&OsRandom, 16));
         passwords
+    }
+
+    /// Replaces the source of the salts (tests use a seeded one).
+    pub fn with_random(mut self, random: Arc<dyn RandomSource>) -> Self {
+        self.random = random;
+        self
     }
 
     /// OWASP's parameters for Argon2id: 19 MiB, 2 passes, 1 lane.
@@ -48,7 +73,7 @@ impl Passwords {
     /// The PHC string of `password` with a fresh random salt.
     pub fn hash(&self, password: &str) -> String {
         let mut salt = [0u8; 16];
-        OsRandom.fill_bytes(&mut salt);
+        self.random.fill_bytes(&mut salt);
         let salt = SaltString::encode_b64(&salt).expect("16 bytes make a valid salt");
         self.argon2
             .hash_password(password.as_bytes(), &salt)
@@ -182,7 +207,7 @@ impl HashingLimit {
     /// [`Busy`] when no check could start within the limit's wait.
     pub async fn verify(
         &self,
-        passwords: &Arc<Passwords>,
+        passwords: &Arc<Argon2Passwords>,
         password: &str,
         hash: Option<String>,
     ) -> Result<bool, Busy> {
@@ -213,6 +238,41 @@ impl HashingLimit {
     }
 }
 
+/// The sign-in form's [`PasswordVerifier`]: [`Argon2Passwords`] within a
+/// [`HashingLimit`].
+#[derive(Clone, Debug)]
+pub struct Argon2Verifier {
+    passwords: Arc<Argon2Passwords>,
+    limit: HashingLimit,
+}
+
+impl Argon2Verifier {
+    /// Checks with `passwords`, at most as many at once as `limit` allows.
+    pub fn new(passwords: Argon2Passwords, limit: HashingLimit) -> Self {
+        Self {
+            passwords: Arc::new(passwords),
+            limit,
+        }
+    }
+
+    /// The hashing half, for a host that sets passwords.
+    pub fn passwords(&self) -> &Argon2Passwords {
+        &self.passwords
+    }
+}
+
+#[async_trait]
+impl PasswordVerifier for Argon2Verifier {
+    async fn verify(&self, password: &str, hash: Option<&str>) -> PasswordCheck {
+        let hash = hash.map(str::to_owned);
+        match self.limit.verify(&self.passwords, password, hash).await {
+            Ok(true) => PasswordCheck::Matches,
+            Ok(false) => PasswordCheck::DoesNotMatch,
+            Err(Busy { retry_after }) => PasswordCheck::Busy { retry_after },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,7 +280,7 @@ mod tests {
     #[test]
     fn passwords_are_verified_in_reused_memory_as_argon2_verifies_them() {
         use argon2::PasswordVerifier as _;
-        let passwords = Passwords::new(8, 1);
+        let passwords = Argon2Passwords::new(8, 1);
         let mut memory = Vec::new();
         let hash = passwords.hash("correct horse");
         assert!(passwords.verify("correct horse", Some(&hash), &mut memory));
@@ -230,7 +290,7 @@ mod tests {
         assert!(!passwords.verify("x", Some("$argon2id$v=19$garbage"), &mut memory));
         // A hash with other parameters is checked with its own, in memory
         // grown to fit; the crate's own verifier agrees.
-        let costlier = Passwords::new(32, 2).hash("battery staple");
+        let costlier = Argon2Passwords::new(32, 2).hash("battery staple");
         assert!(passwords.verify("battery staple", Some(&costlier), &mut memory));
         assert_eq!(memory.len(), 32);
         assert!(passwords.verify("correct horse", Some(&hash), &mut memory));
@@ -240,5 +300,28 @@ mod tests {
                 .verify_password(b"battery staple", &parsed)
                 .is_ok()
         );
+    }
+
+    #[tokio::test]
+    async fn a_check_beyond_the_bound_is_busy_and_gives_its_slot_back() {
+        let slot = Arc::new(Semaphore::new(1));
+        let limit = HashingLimit::new(slot.clone(), Duration::from_millis(20));
+        let verifier = Argon2Verifier::new(Argon2Passwords::new(8, 1), limit);
+        let hash = verifier.passwords().hash("pw");
+        assert_eq!(
+            verifier.verify("pw", Some(&hash)).await,
+            PasswordCheck::Matches
+        );
+        assert_eq!(
+            verifier.verify("nope", None).await,
+            PasswordCheck::DoesNotMatch
+        );
+        let held = slot.clone().try_acquire_owned().unwrap();
+        assert_eq!(
+            verifier.verify("pw", Some(&hash)).await,
+            PasswordCheck::Busy { retry_after: 1 }
+        );
+        drop(held);
+        assert_eq!(slot.available_permits(), 1);
     }
 }

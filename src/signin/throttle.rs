@@ -96,7 +96,7 @@ pub struct Attempt {
 
 /// What the password check of an admitted attempt found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum AttemptOutcome {
     /// The e-mail or the password was wrong.
     Failed,
     /// The password was right.
@@ -219,12 +219,12 @@ impl LoginThrottle {
     /// clear their address's counter by signing in to it between guesses.
     /// An attempt whose password was never checked does not count, and a
     /// key it alone had counted is forgotten.
-    pub fn settle(&self, attempt: Attempt, outcome: Outcome) {
+    pub fn settle(&self, attempt: Attempt, outcome: AttemptOutcome) {
         let mut state = self.lock();
         let [(pair, started), rest @ ..] = attempt.counted;
         match outcome {
-            Outcome::Failed => {}
-            Outcome::Succeeded => {
+            AttemptOutcome::Failed => {}
+            AttemptOutcome::Succeeded => {
                 if state
                     .windows
                     .get(&pair)
@@ -234,7 +234,7 @@ impl LoginThrottle {
                 }
                 state.uncount(&rest);
             }
-            Outcome::Unchecked => state.uncount(&attempt.counted),
+            AttemptOutcome::Unchecked => state.uncount(&attempt.counted),
         }
     }
 
@@ -497,7 +497,7 @@ mod tests {
         let throttle = LoginThrottle::new(limits());
         fail(&throttle, "ana@example.com", ADDRESS, 1_000, 4);
         let attempt = throttle.admit("ana@example.com", ADDRESS, 1_000).unwrap();
-        throttle.settle(attempt, Outcome::Succeeded);
+        throttle.settle(attempt, AttemptOutcome::Succeeded);
         // Five more typos are allowed after a success.
         fail(&throttle, "ana@example.com", ADDRESS, 1_000, 5);
         assert!(throttle.admit("ana@example.com", ADDRESS, 1_000).is_err());
@@ -519,7 +519,7 @@ mod tests {
         let throttle = LoginThrottle::new(limits());
         for _ in 0..50 {
             let attempt = throttle.admit("ana@example.com", ADDRESS, 1_000).unwrap();
-            throttle.settle(attempt, Outcome::Unchecked);
+            throttle.settle(attempt, AttemptOutcome::Unchecked);
         }
         fail(&throttle, "ana@example.com", ADDRESS, 1_000, 5);
     }
@@ -753,13 +753,13 @@ mod tests {
             let attempt = throttle
                 .admit(&format!("x{n}@example.com"), address(n), 1_000)
                 .unwrap();
-            throttle.settle(attempt, Outcome::Unchecked);
+            throttle.settle(attempt, AttemptOutcome::Unchecked);
         }
         assert_eq!(throttle.tracked(), 0);
         // A key that had failures of its own keeps them.
         fail(&throttle, "ana@example.com", ADDRESS, 1_000, 2);
         let attempt = throttle.admit("bo@example.com", ADDRESS, 1_000).unwrap();
-        throttle.settle(attempt, Outcome::Unchecked);
+        throttle.settle(attempt, AttemptOutcome::Unchecked);
         assert_eq!(throttle.tracked(), 3, "ana's pair and account, the address");
         fail(&throttle, "ana@example.com", ADDRESS, 1_000, 3);
         assert!(throttle.admit("ana@example.com", ADDRESS, 1_000).is_err());
@@ -769,7 +769,7 @@ mod tests {
     fn a_success_forgets_the_keys_it_alone_counted() {
         let throttle = LoginThrottle::new(limits());
         let attempt = throttle.admit("ana@example.com", ADDRESS, 1_000).unwrap();
-        throttle.settle(attempt, Outcome::Succeeded);
+        throttle.settle(attempt, AttemptOutcome::Succeeded);
         assert_eq!(throttle.tracked(), 0);
     }
 

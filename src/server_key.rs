@@ -1,20 +1,25 @@
 //! The server key and the files that must stay private: the key file is
-//! created readable by its owner only, and at start the server warns about
-//! a key file or SQLite database that other users may read or write.
+//! created readable by its owner only, and [`exposed_files`] finds a key
+//! file or database that other users may read or write, for the host to
+//! warn about (the library prints nothing).
 
 use std::fmt;
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use conversion_gateway::{OsRandom, RandomSource as _, SecretHash, SecretHasher};
+use hmac::{Hmac, Mac as _};
+use sha2::Sha256;
 
-use crate::session::mac_bytes;
+use crate::random::RandomSource;
+use crate::secret::{SecretHash, SecretHasher};
 
 /// The server's 32-byte secret: the key of the core's secret hashes, and the
-/// root of the dialog's cookie and CSRF keys and of the demo data.
+/// root of the pages' cookie and CSRF keys (and of whatever else a host
+/// derives with [`ServerKey::derive`]).
 ///
 /// It must survive restarts: every stored token, code, client secret and API
-/// key is a keyed hash that no other key can match again.
+/// key is a keyed hash that no other key can match again. Its `Debug` prints
+/// `ServerKey(***)`.
 #[derive(Clone)]
 pub struct ServerKey([u8; 32]);
 
@@ -25,10 +30,10 @@ impl fmt::Debug for ServerKey {
 }
 
 impl ServerKey {
-    /// A fresh key from the operating system's random source.
-    pub fn generate() -> Self {
+    /// A fresh key drawn from `random` (in production, [`crate::OsRandom`]).
+    pub fn generate(random: &dyn RandomSource) -> Self {
         let mut key = [0u8; 32];
-        OsRandom.fill_bytes(&mut key);
+        random.fill_bytes(&mut key);
         Self(key)
     }
 
@@ -37,20 +42,20 @@ impl ServerKey {
         SecretHash::from_hex(hex.trim()).map(|hash| Self(*hash.as_bytes()))
     }
 
-    /// Reads the key file at `path`, or creates it with a fresh key (readable
-    /// by its owner only) if there is none. Returns the key and whether the
-    /// file was created.
+    /// Reads the key file at `path`, or creates it with a fresh key from
+    /// `random` (readable by its owner only) if there is none. Returns the
+    /// key and whether the file was created.
     ///
     /// # Errors
     /// The file cannot be read or created, or does not hold 64 hex digits.
-    pub fn load_or_create(path: &Path) -> io::Result<(Self, bool)> {
+    pub fn load_or_create(path: &Path, random: &dyn RandomSource) -> io::Result<(Self, bool)> {
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         match options.open(path) {
             Ok(mut file) => {
-                let key = Self::generate();
+                let key = Self::generate(random);
                 let hex = SecretHash::from_bytes(key.0).to_hex();
                 file.write_all(format!("{hex}\n").as_bytes())?;
                 // On disk before anything is hashed with it.
@@ -77,7 +82,7 @@ impl ServerKey {
     }
 
     /// The hasher of the core's secrets: the key itself, so that a host that
-    /// replaces this server can keep its database with the same key.
+    /// replaces the service can keep its database with the same key.
     pub fn hasher(&self) -> SecretHasher {
         SecretHasher::new(self.0)
     }
@@ -85,11 +90,26 @@ impl ServerKey {
     /// A subkey for one purpose. The core's hashes put their own labels
     /// first, so no subkey can equal one of them.
     pub fn derive(&self, purpose: &[u8]) -> [u8; 32] {
+        // The label predates the library: changing it would change every
+        // derived value (sessions, a host's demo data) of existing servers.
         mac_bytes(&self.0, &[b"conversion-gateway example server", purpose])
     }
 }
 
-/// The SQLite database and the files SQLite keeps beside it in WAL mode.
+/// The raw HMAC-SHA256 of `parts` under `key`, each part length-prefixed so
+/// that no two different lists of parts are ever hashed as the same bytes:
+/// the one keyed MAC of the pages (cookies, CSRF tokens, subkeys).
+pub(crate) fn mac_bytes(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
+    let mut mac = <Hmac<Sha256> as hmac::Mac>::new_from_slice(key).expect("HMAC takes any key");
+    for part in parts {
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
+}
+
+/// The SQLite database at `database` and the files SQLite keeps beside it
+/// in WAL mode: the files to pass to [`exposed_files`] with the key file.
 pub fn sqlite_files(database: &Path) -> Vec<PathBuf> {
     let mut files = vec![database.to_owned()];
     for suffix in ["-wal", "-shm"] {
@@ -100,9 +120,34 @@ pub fn sqlite_files(database: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// The permission bits (`0o644`) of the file at `path` if its group or
-/// other users may do anything with it, `None` if not or if there is no
-/// such file (or on a system without Unix permissions).
+/// A private file that users other than its owner may read or write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExposedFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Its permission bits, such as `0o644`.
+    pub mode: u32,
+}
+
+/// Those of `paths` that users other than their owner may read or write:
+/// the key file and the database hold what every token's hash depends on,
+/// so a host warns about each (naming the file and its mode, never its
+/// contents), for example with "run chmod 600 on it". Missing files, and
+/// every file on a system without Unix permissions, are not exposed.
+pub fn exposed_files(paths: &[PathBuf]) -> Vec<ExposedFile> {
+    paths
+        .iter()
+        .filter_map(|path| {
+            exposed_mode(path).map(|mode| ExposedFile {
+                path: path.clone(),
+                mode,
+            })
+        })
+        .collect()
+}
+
+/// The permission bits of the file at `path` if its group or other users
+/// may do anything with it.
 fn exposed_mode(path: &Path) -> Option<u32> {
     #[cfg(unix)]
     {
@@ -117,28 +162,10 @@ fn exposed_mode(path: &Path) -> Option<u32> {
     }
 }
 
-/// Warns, naming the file and its mode (never its contents), about each of
-/// `paths` that users other than its owner may read or write: the key file
-/// and the database hold what every token's hash depends on. Returns how
-/// many it warned about.
-pub fn warn_if_exposed(paths: &[PathBuf]) -> usize {
-    let mut warned = 0;
-    for path in paths {
-        if let Some(mode) = exposed_mode(path) {
-            tracing::warn!(
-                path = %path.display(),
-                mode = format_args!("{mode:o}"),
-                "users other than the owner may read or write this file: run chmod 600 on it"
-            );
-            warned += 1;
-        }
-    }
-    warned
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::random::SeededRandom;
 
     #[test]
     fn server_keys_are_64_hex_digits_and_never_printed() {
@@ -146,6 +173,22 @@ mod tests {
         assert_eq!(key.0, [0xab; 32]);
         assert!(ServerKey::from_hex("abcd").is_none());
         assert_eq!(format!("{key:?}"), "ServerKey(***)");
+    }
+
+    #[test]
+    fn a_key_file_is_created_once_then_read_back() {
+        let dir = conversion_gateway_testkit::TempDir::new("key-file");
+        let path = dir.path("gateway.key");
+        let (created, fresh) = ServerKey::load_or_create(&path, &SeededRandom::new(1)).unwrap();
+        assert!(fresh);
+        let (read, fresh) = ServerKey::load_or_create(&path, &SeededRandom::new(2)).unwrap();
+        assert!(!fresh);
+        assert_eq!(created.0, read.0);
+        #[cfg(unix)]
+        assert_eq!(exposed_files(std::slice::from_ref(&path)), []);
+        std::fs::write(&path, "not hex").unwrap();
+        let error = ServerKey::load_or_create(&path, &SeededRandom::new(3)).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
     }
 
     #[cfg(unix)]
@@ -177,7 +220,7 @@ mod tests {
         }
         assert_eq!(exposed_mode(&dir.path("missing")), None);
 
-        // The database and its WAL files, each warned about by name.
+        // The database and its WAL files, each reported by name.
         let files = sqlite_files(&file);
         assert_eq!(
             files,
@@ -190,32 +233,12 @@ mod tests {
         std::fs::write(&files[1], "").unwrap();
         set_mode(&files[1], 0o644);
         set_mode(&file, 0o600);
-        let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-        let sink = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || Sink(sink.clone()))
-            .with_ansi(false)
-            .finish();
-        let warned = tracing::subscriber::with_default(subscriber, || warn_if_exposed(&files));
-        assert_eq!(warned, 1);
-        let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
-        assert!(logs.contains("gateway.db-wal"), "{logs}");
-        assert!(!logs.contains("gateway.db-shm"), "{logs}");
-    }
-
-    /// A log writer into a shared buffer.
-    #[cfg(unix)]
-    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    #[cfg(unix)]
-    impl io::Write for Sink {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
+        assert_eq!(
+            exposed_files(&files),
+            [ExposedFile {
+                path: dir.path("gateway.db-wal"),
+                mode: 0o644
+            }]
+        );
     }
 }

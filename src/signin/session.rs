@@ -1,19 +1,18 @@
-//! The dialog's memory of a browser: the signed session cookie of a
+//! The pages' memory of a browser: the signed session cookie of a
 //! signed-in account, the login form's nonce cookie, and the CSRF tokens of
-//! both forms, all keyed from the server key ([`PageKeys`]).
+//! every form, all keyed from the server key ([`PageKeys`]), and the rules
+//! of the cookies ([`set_cookie`]).
 //!
 //! Nothing is stored on the server: a session is its cookie, an HMAC over
 //! the account, the expiry and a random nonce.
 
-use axum::http::header::{self, HeaderMap};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use conversion_gateway::{Account, AccountId, OsRandom, RandomSource as _};
-use hmac::{Hmac, Mac as _};
-use sha2::Sha256;
 use subtle::ConstantTimeEq as _;
 
-use crate::key_file::ServerKey;
+use crate::account::AccountId;
+use crate::random::{RandomSource, random_token};
+use crate::server_key::{ServerKey, mac_bytes};
 
 /// Lifetime of a login session and of the login form's nonce, in seconds.
 pub const SESSION_SECONDS: i64 = 600;
@@ -23,7 +22,7 @@ pub const SESSION_COOKIE: &str = "cg_session";
 /// The cookie the login form's CSRF token is bound to.
 pub const LOGIN_COOKIE: &str = "cg_login";
 
-/// The keys of the dialog's cookies and forms, derived from the server key.
+/// The keys of the pages' cookies and forms, derived from the server key.
 pub struct PageKeys {
     /// Signs session cookies.
     session: [u8; 32],
@@ -31,29 +30,16 @@ pub struct PageKeys {
     csrf: [u8; 32],
 }
 
-/// A signed-in browser: its cookie value and the account.
-pub struct Session {
-    /// The session cookie's value, which the consent form's token is bound to.
-    pub cookie: String,
-    /// The signed-in account.
-    pub account: Account,
+impl std::fmt::Debug for PageKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PageKeys(***)")
+    }
 }
 
 /// HMAC-SHA256 of `parts`, each length-prefixed so that no two different
 /// lists of parts are ever hashed as the same bytes.
 fn mac(key: &[u8; 32], parts: &[&[u8]]) -> String {
     URL_SAFE_NO_PAD.encode(mac_bytes(key, parts))
-}
-
-/// The raw HMAC-SHA256 of `parts` under `key`, each part length-prefixed:
-/// the one keyed MAC of this server (cookies, CSRF tokens, subkeys).
-pub fn mac_bytes(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
-    let mut mac = <Hmac<Sha256> as hmac::Mac>::new_from_slice(key).expect("HMAC takes any key");
-    for part in parts {
-        mac.update(&(part.len() as u64).to_be_bytes());
-        mac.update(part);
-    }
-    mac.finalize().into_bytes().into()
 }
 
 /// Constant-time equality of a token we made and one a request presented.
@@ -72,10 +58,19 @@ impl PageKeys {
 
     /// `account_id|expires|nonce|mac`: the session cookie's value. The
     /// random nonce makes every session (and so its CSRF tokens) unique,
-    /// even two of one account started in the same second.
-    pub fn session_value(&self, account: AccountId, expires: i64) -> String {
-        let (account, expires, nonce) =
-            (account.to_string(), expires.to_string(), random_token(16));
+    /// even two of one account started in the same second; it is drawn
+    /// from `random`.
+    pub fn session_value(
+        &self,
+        account: AccountId,
+        expires: i64,
+        random: &dyn RandomSource,
+    ) -> String {
+        let (account, expires, nonce) = (
+            account.to_string(),
+            expires.to_string(),
+            random_token(random, 16),
+        );
         let tag = mac(
             &self.session,
             &[
@@ -141,21 +136,20 @@ impl PageKeys {
     }
 }
 
-/// The value of cookie `name`, if the request sent it.
-pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+/// The value of cookie `name` in a request's `Cookie` headers (each of
+/// `headers` is the value of one), if the request sent it.
+pub fn cookie<'h>(headers: &[&'h str], name: &str) -> Option<&'h str> {
     headers
-        .get_all(header::COOKIE)
         .iter()
-        .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(key, _)| *key == name)
         .map(|(_, value)| value)
 }
 
-/// The login nonce a browser sent, if it is one this server could have made
-/// (22 base64url characters).
-pub fn login_nonce(headers: &HeaderMap) -> Option<&str> {
+/// The login nonce a browser sent in its `Cookie` headers, if it is one
+/// this server could have made (22 base64url characters).
+pub fn login_nonce<'h>(headers: &[&'h str]) -> Option<&'h str> {
     cookie(headers, LOGIN_COOKIE).filter(|nonce| {
         nonce.len() == 22
             && nonce
@@ -173,25 +167,17 @@ pub fn set_cookie(name: &str, value: &str, path: &str, max_age: i64, secure: boo
     format!("{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}")
 }
 
-/// `bytes` random bytes from the operating system, base64url.
-pub fn random_token(bytes: usize) -> String {
-    let mut buffer = vec![0u8; bytes];
-    OsRandom.fill_bytes(&mut buffer);
-    URL_SAFE_NO_PAD.encode(buffer)
-}
-
 #[cfg(test)]
 mod tests {
-    use axum::http::HeaderValue;
-
     use super::*;
+    use crate::random::OsRandom;
 
     #[test]
     fn sessions_open_only_when_signed_by_this_key_and_unexpired() {
         let keys = |hex: &str| PageKeys::new(&ServerKey::from_hex(&hex.repeat(32)).unwrap());
         let (ours, theirs) = (keys("01"), keys("02"));
         let account = AccountId(uuid::Uuid::from_u128(7));
-        let value = ours.session_value(account, 1_000);
+        let value = ours.session_value(account, 1_000, &OsRandom);
         assert_eq!(ours.open_session(&value, 999), Some(account));
         assert_eq!(ours.open_session(&value, 1_000), None, "expired");
         assert_eq!(theirs.open_session(&value, 999), None, "another key");
@@ -204,7 +190,7 @@ mod tests {
         );
         assert_ne!(
             value,
-            ours.session_value(account, 1_000),
+            ours.session_value(account, 1_000, &OsRandom),
             "every session is unique"
         );
         assert_ne!(ours.login_token("n", "q"), ours.consent_token("n", "q"));
@@ -212,14 +198,12 @@ mod tests {
 
     #[test]
     fn cookies_are_found_by_exact_name() {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::COOKIE,
-            HeaderValue::from_static("a=1; cg_login=x; cg_session=y"),
-        );
-        headers.append(header::COOKIE, HeaderValue::from_static("other=2"));
+        let headers = ["a=1; cg_login=x; cg_session=y", "other=2"];
         assert_eq!(cookie(&headers, "cg_session"), Some("y"));
         assert_eq!(cookie(&headers, "other"), Some("2"));
         assert_eq!(cookie(&headers, "cg"), None);
+        assert_eq!(login_nonce(&headers), None, "not one we could have made");
+        let ours = ["cg_login=abcdefghijklmnopqrstuv"];
+        assert_eq!(login_nonce(&ours), Some("abcdefghijklmnopqrstuv"));
     }
 }
