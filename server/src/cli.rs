@@ -3,6 +3,7 @@
 //! `admin` comes first.
 
 use std::ffi::OsString;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -151,23 +152,25 @@ pub fn parse(arguments: impl IntoIterator<Item = OsString>) -> Result<Args, Exit
         },
         Err(error) => error,
     };
-    match error.kind() {
-        ErrorKind::DisplayHelp => {
-            print_help(&error);
-            return Err(ExitCode::SUCCESS);
-        }
-        // The check's own words, which name the flag, without clap's
-        // "invalid value ... for ...:" before them.
-        ErrorKind::ValueValidation => {
-            let message = std::error::Error::source(&error).map(ToString::to_string);
-            let raw = clap::Error::raw(ErrorKind::ValueValidation, message.unwrap_or_default());
-            let _ = raw.format(&mut command).print();
-        }
-        _ => {
-            let _ = error.print();
-        }
+    if error.kind() == ErrorKind::DisplayHelp {
+        print_help(&error);
+        return Err(ExitCode::SUCCESS);
     }
+    // With the usage, which clap leaves out of some errors.
+    let error = clap::Error::raw(error.kind(), message(&error)).format(&mut command);
+    let _ = error.print();
     Err(ExitCode::from(2))
+}
+
+/// What `error` says is wrong: a check's own words, which name the flag
+/// (without clap's "invalid value ... for ...:" before them), else clap's.
+pub fn message(error: &clap::Error) -> String {
+    if let Some(cause) = std::error::Error::source(error) {
+        return cause.to_string();
+    }
+    let rendered = error.render().to_string();
+    let line = rendered.lines().next().unwrap_or_default();
+    line.trim_start_matches("error: ").to_owned()
 }
 
 /// `command` with each flag's value the next argument whatever it starts
@@ -185,13 +188,17 @@ pub fn hyphen_values(command: Command) -> Command {
 /// Prints the help that `help` carries, with bare value names
 /// (`--listen ADDR`, not clap's `--listen <ADDR>`) as it always had.
 pub fn print_help(help: &clap::Error) {
+    let mut text = String::new();
     for line in help.render().to_string().lines() {
         if line.trim_start().starts_with('-') {
-            println!("{}", line.replace(['<', '>'], ""));
+            text.push_str(&line.replace(['<', '>'], ""));
         } else {
-            println!("{line}");
+            text.push_str(line);
         }
+        text.push('\n');
     }
+    // Not `print!`, which panics when the reader has gone (`| head`).
+    let _ = std::io::stdout().write_all(text.as_bytes());
 }
 
 impl Args {

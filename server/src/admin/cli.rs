@@ -10,7 +10,7 @@ use conversion_gateway::{ApiKeyId, ClientId, GrantId, is_registrable_redirect_ur
 use uuid::Uuid;
 
 use super::Failure;
-use crate::cli::{hyphen_values, print_help};
+use crate::cli::{hyphen_values, message, print_help};
 use crate::store::StoreChoice;
 
 /// `conversion-gateway admin COMMAND [OPTIONS]`.
@@ -30,11 +30,8 @@ with one line on stderr. Secrets are printed once, on stdout only.",
 {usage-heading} {usage}
 
 Commands:
-{before-help}
-Options (every command):
-{options}
-
-{after-help}",
+{before-help}Options (every command):
+{options}{after-help}",
     after_help = "\
 A running server on the same store sees every change at its next request,
 without a restart, except that it may accept a switched-off API key for up
@@ -78,6 +75,7 @@ pub enum Command {
         override_usage = "conversion-gateway admin grants --account EMAIL"
     )]
     Grants {
+        /// The account's login e-mail
         #[arg(long, value_name = "EMAIL")]
         account: String,
     },
@@ -96,8 +94,10 @@ pub enum AccountCommand {
         override_usage = "conversion-gateway admin account create --name NAME --email EMAIL"
     )]
     Create {
+        /// The account's name
         #[arg(long, value_name = "NAME", value_parser = name)]
         name: String,
+        /// Its login e-mail, stored lowercased
         #[arg(long, value_name = "EMAIL", value_parser = email)]
         email: String,
     },
@@ -113,11 +113,14 @@ pub enum ClientCommand {
         override_usage = "conversion-gateway admin client create --name NAME --redirect-uri URI [--redirect-uri URI ...] [--require-pkce]"
     )]
     Create {
+        /// The app's name, shown on the consent page
         #[arg(long, value_name = "NAME", value_parser = name)]
         name: String,
         #[command(flatten)]
         redirect_uris: Uris,
-        #[arg(long)]
+        /// Refuse authorization requests without PKCE (RFC 7636)
+        // Given twice, still on: a switch, not a value given twice.
+        #[arg(long, overrides_with = "require_pkce")]
         require_pkce: bool,
     },
     /// Gives the app a new secret: {"client_id", "client_secret"}. The
@@ -157,6 +160,7 @@ pub enum ClientCommand {
 /// `--client-id`.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Client {
+    /// The app's client id
     #[arg(long = "client-id", value_name = "ID", value_parser = |id: &str| Ok::<_, String>(ClientId::new(id)))]
     pub id: ClientId,
 }
@@ -164,6 +168,7 @@ pub struct Client {
 /// Every `--redirect-uri`, at least one, each one registrable.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Uris {
+    /// A redirect URI of the app; once per URI
     #[arg(long = "redirect-uri", value_name = "URI", required = true, value_parser = redirect_uri)]
     pub uris: Vec<String>,
 }
@@ -178,8 +183,10 @@ pub enum ApiKeyCommand {
         override_usage = "conversion-gateway admin api-key issue --account EMAIL [--label LABEL]"
     )]
     Issue {
+        /// The account's login e-mail
         #[arg(long, value_name = "EMAIL")]
         account: String,
+        /// What the key is for, shown to the account
         #[arg(long, value_name = "LABEL", default_value = "cli")]
         label: String,
     },
@@ -203,6 +210,7 @@ pub enum ApiKeyCommand {
 /// `--id` of an API key.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct ApiKey {
+    /// The key's id, as `api-key issue` printed it
     #[arg(long, value_name = "ID", value_parser = |text: &str| uuid(text, "an API key").map(ApiKeyId))]
     pub id: ApiKeyId,
 }
@@ -217,6 +225,7 @@ pub enum GrantCommand {
         override_usage = "conversion-gateway admin grant revoke --id ID"
     )]
     Revoke {
+        /// The grant's id, as `grants` lists it
         #[arg(long, value_name = "ID", value_parser = |text: &str| uuid(text, "a grant").map(GrantId))]
         id: GrantId,
     },
@@ -228,7 +237,7 @@ pub enum GrantCommand {
 /// value the command cannot take.
 pub fn parse(arguments: Vec<OsString>) -> Result<AdminLine, Failure> {
     let program = OsString::from("conversion-gateway admin");
-    let command = AdminLine::command().before_help(synopses("  ", true));
+    let command = AdminLine::command().before_help(synopses("  ", true).trim_end().to_owned());
     let error = match hyphen_values(command).try_get_matches_from(
         std::iter::once(program).chain(arguments.iter().cloned()),
     ) {
@@ -251,10 +260,7 @@ pub fn parse(arguments: Vec<OsString>) -> Result<AdminLine, Failure> {
             print_help(&error);
             return Err(Failure::Help);
         }
-        ErrorKind::ValueValidation => {
-            let cause = std::error::Error::source(&error).map(ToString::to_string);
-            return Err(Failure::Invalid(cause.unwrap_or_default()));
-        }
+        ErrorKind::ValueValidation => return Err(Failure::Invalid(message(&error))),
         ErrorKind::MissingRequiredArgument => format!("{flag} is required"),
         ErrorKind::InvalidValue => format!("{flag} needs a value"),
         ErrorKind::ArgumentConflict => format!("{flag} is given more than once"),
@@ -262,20 +268,18 @@ pub fn parse(arguments: Vec<OsString>) -> Result<AdminLine, Failure> {
         ErrorKind::UnknownArgument if flag.starts_with('-') && !words.is_empty() => {
             format!("unknown flag {flag:?} for `{words}`")
         }
-        ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand | ErrorKind::MissingSubcommand
-            if words.is_empty() =>
-        {
-            "no command given".to_owned()
+        // A word that names no command, or a command with more to it.
+        ErrorKind::UnknownArgument
+        | ErrorKind::InvalidSubcommand
+        | ErrorKind::MissingSubcommand
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            if words.is_empty() {
+                "no command given".to_owned()
+            } else {
+                format!("unknown command {words:?}")
+            }
         }
-        ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand | ErrorKind::MissingSubcommand => {
-            format!("unknown command {words:?}")
-        }
-        // Anything else in clap's words, its first line without "error: ".
-        _ => {
-            let rendered = error.render().to_string();
-            let line = rendered.lines().next().unwrap_or_default();
-            line.trim_start_matches("error: ").to_owned()
-        }
+        _ => message(&error),
     };
     let usage = commands()
         .into_iter()
