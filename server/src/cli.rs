@@ -143,7 +143,12 @@ Environment:
 /// The server's flags from `arguments` (the program's name first); else the
 /// help on stdout (exit 0), or what is wrong and the usage on stderr (exit 2).
 pub fn parse(arguments: impl IntoIterator<Item = OsString>) -> Result<Args, ExitCode> {
-    let notes = format!("{}{}{}", NOTES[0], crate::admin::synopses("  admin ", false), NOTES[1]);
+    let notes = format!(
+        "{}{}{}",
+        NOTES[0],
+        crate::admin::synopses("  admin ", false),
+        NOTES[1]
+    );
     let mut command = hyphen_values(Args::command()).after_help(notes);
     let error = match command.try_get_matches_from_mut(arguments) {
         Ok(matches) => match Args::from_arg_matches(&matches) {
@@ -307,14 +312,18 @@ mod tests {
 
     #[test]
     fn defaults_are_the_librarys_and_the_last_of_a_repeated_flag_wins() {
-        clap::Command::debug_assert(&Args::command());
+        Args::command().debug_assert();
         let args = Args::try_parse_from(["conversion-gateway"]).unwrap();
         assert_eq!(args.connections(), ConnectionLimits::default());
         assert_eq!(args.refresh_policy, RefreshPolicy::default());
-        assert_eq!(args.limits, LimitSettings::default());
-        let args =
-            Args::try_parse_from(["cg", "--listen", "a:1", "--listen=b:2", "--base-url=http://x/"])
-                .unwrap();
+        let args = Args::try_parse_from([
+            "cg",
+            "--listen",
+            "a:1",
+            "--listen=b:2",
+            "--base-url=http://x/",
+        ])
+        .unwrap();
         assert_eq!(
             (args.listen.as_str(), args.base_url.as_deref()),
             ("b:2", Some("http://x"))

@@ -42,21 +42,6 @@ pub struct LimitSettings {
     pub failure: LimiterFailure,
 }
 
-impl Default for LimitSettings {
-    /// The library's defaults (120 events per lead in 24 hours, the others
-    /// off), counted in memory, failing open.
-    fn default() -> Self {
-        let limits = RateLimits::default();
-        Self {
-            per_lead: limits.per_lead,
-            per_account: limits.per_account,
-            per_credential: limits.per_credential,
-            store: CountStore::Memory,
-            failure: LimiterFailure::Open,
-        }
-    }
-}
-
 impl LimitSettings {
     /// The three limits.
     pub fn limits(&self) -> RateLimits {
@@ -146,7 +131,11 @@ mod tests {
 
     #[test]
     fn the_flags_set_the_limits_and_their_store() {
-        assert_eq!(parse("").unwrap(), LimitSettings::default());
+        // The library's defaults, counted in memory, failing open.
+        let settings = parse("").unwrap();
+        assert_eq!(settings.limits(), RateLimits::default());
+        assert_eq!(settings.store, CountStore::Memory);
+        assert_eq!(settings.failure, LimiterFailure::Open);
         let settings = parse(
             "--limit-per-lead off --limit-per-account 500/1m --limit-per-credential=20/1m \
              --rate-limit-store redis://:hunter2@127.0.0.1:6379/0 --rate-limit-failure closed",

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use clap::{ArgAction, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use conversion_gateway::{ApiKeyId, ClientId, GrantId, is_registrable_redirect_uri};
 use uuid::Uuid;
 
@@ -70,10 +70,7 @@ pub enum Command {
     /// The apps the account has connected, oldest first: {"grants":
     /// [{"grant_id", "client_id", "name", "authorized_at",
     /// "last_refreshed_at"}]}, times in RFC 3339 (null: never refreshed)
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin grants --account EMAIL"
-    )]
+    #[command(verbatim_doc_comment)]
     Grants {
         /// The account's login e-mail
         #[arg(long, value_name = "EMAIL")]
@@ -89,10 +86,7 @@ pub enum Command {
 pub enum AccountCommand {
     /// Creates an account with a generated password, hashed with Argon2id
     /// before it is stored: {"account_id", "email", "password"}
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin account create --name NAME --email EMAIL"
-    )]
+    #[command(verbatim_doc_comment)]
     Create {
         /// The account's name
         #[arg(long, value_name = "NAME", value_parser = name)]
@@ -108,10 +102,7 @@ pub enum AccountCommand {
 pub enum ClientCommand {
     /// Registers an app: {"client_id", "client_secret"}. Redirect URIs
     /// must be absolute and without a fragment
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin client create --name NAME --redirect-uri URI [--redirect-uri URI ...] [--require-pkce]"
-    )]
+    #[command(verbatim_doc_comment)]
     Create {
         /// The app's name, shown on the consent page
         #[arg(long, value_name = "NAME", value_parser = name)]
@@ -125,30 +116,18 @@ pub enum ClientCommand {
     },
     /// Gives the app a new secret: {"client_id", "client_secret"}. The
     /// previous one keeps working for 24 hours, for the app to deploy it
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin client rotate-secret --client-id ID"
-    )]
+    #[command(verbatim_doc_comment)]
     RotateSecret(Client),
     /// Switches the app off: no dialog, no token, its tokens refused:
     /// {"client_id", "active"}
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin client disable --client-id ID"
-    )]
+    #[command(verbatim_doc_comment)]
     Disable(Client),
     /// Switches the app back on; its tokens not revoked or expired
     /// meanwhile work again: {"client_id", "active"}
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin client enable --client-id ID"
-    )]
+    #[command(verbatim_doc_comment)]
     Enable(Client),
     /// Replaces the app's redirect URIs: {"client_id", "redirect_uris"}
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin client redirect-uris --client-id ID --redirect-uri URI [--redirect-uri URI ...]"
-    )]
+    #[command(verbatim_doc_comment)]
     RedirectUris {
         #[command(flatten)]
         client: Client,
@@ -178,10 +157,7 @@ pub struct Uris {
 pub enum ApiKeyCommand {
     /// Issues an API key for the account (label: "cli" unless given):
     /// {"api_key_id", "api_key"}
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin api-key issue --account EMAIL [--label LABEL]"
-    )]
+    #[command(verbatim_doc_comment)]
     Issue {
         /// The account's login e-mail
         #[arg(long, value_name = "EMAIL")]
@@ -194,16 +170,10 @@ pub enum ApiKeyCommand {
     /// "running_servers_may_accept_it_for_up_to_seconds"}. A running server
     /// caches the keys it accepted for up to 10 s, so it may accept this
     /// one that long still
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin api-key disable --id ID"
-    )]
+    #[command(verbatim_doc_comment)]
     Disable(ApiKey),
     /// Switches the key back on, at once: {"api_key_id", "active"}
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin api-key enable --id ID"
-    )]
+    #[command(verbatim_doc_comment)]
     Enable(ApiKey),
 }
 
@@ -220,10 +190,7 @@ pub struct ApiKey {
 pub enum GrantCommand {
     /// Revokes the grant, and every code and token issued under it, at
     /// once: {"grant_id", "revoked": true}
-    #[command(
-        verbatim_doc_comment,
-        override_usage = "conversion-gateway admin grant revoke --id ID"
-    )]
+    #[command(verbatim_doc_comment)]
     Revoke {
         /// The grant's id, as `grants` lists it
         #[arg(long, value_name = "ID", value_parser = |text: &str| uuid(text, "a grant").map(GrantId))]
@@ -238,9 +205,9 @@ pub enum GrantCommand {
 pub fn parse(arguments: Vec<OsString>) -> Result<AdminLine, Failure> {
     let program = OsString::from("conversion-gateway admin");
     let command = AdminLine::command().before_help(synopses("  ", true).trim_end().to_owned());
-    let error = match hyphen_values(command).try_get_matches_from(
-        std::iter::once(program).chain(arguments.iter().cloned()),
-    ) {
+    let error = match hyphen_values(command)
+        .try_get_matches_from(std::iter::once(program).chain(arguments.iter().cloned()))
+    {
         Ok(matches) => match AdminLine::from_arg_matches(&matches) {
             Ok(line) => return Ok(line),
             Err(error) => error,
@@ -302,7 +269,7 @@ pub fn synopses(indent: &str, about: bool) -> String {
 }
 
 /// Every command that does something: its words ("client create"), its
-/// flags and what it does, from the command tree.
+/// flags ("--name NAME ...") and what it does, from the command tree.
 fn commands() -> Vec<(String, String, String)> {
     fn walk(command: &clap::Command, words: &str, found: &mut Vec<(String, String, String)>) {
         for sub in command.get_subcommands() {
@@ -311,16 +278,30 @@ fn commands() -> Vec<(String, String, String)> {
                 walk(sub, &words, found);
                 continue;
             }
-            let usage = sub.clone().render_usage().to_string();
-            let prefix = format!("Usage: conversion-gateway admin {words} ");
-            let flags = usage.strip_prefix(&prefix).unwrap_or(&usage).to_owned();
+            let flags: Vec<String> = sub.get_arguments().map(synopsis).collect();
             let about = sub.get_about().map(ToString::to_string).unwrap_or_default();
-            found.push((words, flags, about));
+            found.push((words, flags.join(" "), about));
         }
     }
     let mut found = Vec::new();
     walk(&AdminLine::command(), "", &mut found);
     found
+}
+
+/// How `arg` is written: `--name NAME`, `[--label LABEL]`, `[--require-pkce]`
+/// or `--redirect-uri URI [--redirect-uri URI ...]`.
+fn synopsis(arg: &clap::Arg) -> String {
+    let long = arg.get_long().unwrap_or_default();
+    let value = arg.get_value_names().and_then(<[_]>::first);
+    let (true, Some(value)) = (arg.get_action().takes_values(), value) else {
+        return format!("[--{long}]");
+    };
+    let once = format!("--{long} {value}");
+    match arg.get_action() {
+        ArgAction::Append => format!("{once} [{once} ...]"),
+        _ if arg.is_required_set() => once,
+        _ => format!("[{once}]"),
+    }
 }
 
 /// The words of `arguments` that name a command ("client create"): those

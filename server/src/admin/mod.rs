@@ -22,8 +22,8 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use conversion_gateway::{
-    Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ConnectedApp, Gateway,
-    GatewayConfig, OsRandom, StoreError,
+    Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ConnectedApp,
+    Gateway, GatewayConfig, OsRandom, StoreError,
 };
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -212,7 +212,11 @@ impl Command {
 }
 
 /// `client disable` and `client enable`.
-async fn client_active(gateway: &Gateway, client: ClientId, active: bool) -> Result<Value, Failure> {
+async fn client_active(
+    gateway: &Gateway,
+    client: ClientId,
+    active: bool,
+) -> Result<Value, Failure> {
     gateway
         .set_client_active(&client, active)
         .await

@@ -776,8 +776,16 @@ fn values_a_command_cannot_take_fail_with_one_line_before_the_store_is_opened() 
     }
     admin(&["grant", "revoke", "--id", "42", "--store", &store])
         .fails_with(2, "error: --id must be a grant id (a UUID), not \"42\"");
-    admin(&["account", "create", "--name", "A", "--email=A", "--store", &store])
-        .fails_with(2, "error: --email must be an e-mail address, not \"A\"");
+    admin(&[
+        "account",
+        "create",
+        "--name",
+        "A",
+        "--email=A",
+        "--store",
+        &store,
+    ])
+    .fails_with(2, "error: --email must be an e-mail address, not \"A\"");
     // The store's flag before the command's words, in either form.
     admin(&["--store=mysql://x", "grants", "--account", "a@b.example"]).fails_with(
         2,
