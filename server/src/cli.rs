@@ -210,13 +210,13 @@ impl Args {
     /// `--first-byte-timeout*`, `--header-timeout`, `--max-connections` and
     /// `--shutdown-timeout`.
     pub fn connections(&self) -> ConnectionLimits {
-        let mut limits = ConnectionLimits::default();
-        limits.header_timeout = self.header_timeout;
-        limits.first_byte_timeout = self.first_byte_timeout;
-        limits.first_byte_timeout_under_pressure = self.first_byte_timeout_under_pressure;
-        limits.max_connections = self.max_connections;
-        limits.shutdown_timeout = self.shutdown_timeout;
-        limits
+        ConnectionLimits {
+            header_timeout: self.header_timeout,
+            first_byte_timeout: self.first_byte_timeout,
+            first_byte_timeout_under_pressure: self.first_byte_timeout_under_pressure,
+            max_connections: self.max_connections,
+            shutdown_timeout: self.shutdown_timeout,
+        }
     }
 
     /// Where the demo credentials go: `--demo-credentials`, else beside the
