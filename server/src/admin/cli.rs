@@ -56,7 +56,7 @@ pub struct AdminLine {
 }
 
 /// One operator command, with its values checked.
-#[derive(Debug, PartialEq, Eq, Subcommand)]
+#[derive(Subcommand)]
 pub enum Command {
     /// Accounts: create
     #[command(subcommand)]
@@ -82,7 +82,7 @@ pub enum Command {
 }
 
 /// `account ...`.
-#[derive(Debug, PartialEq, Eq, Subcommand)]
+#[derive(Subcommand)]
 pub enum AccountCommand {
     /// Creates an account with a generated password, hashed with Argon2id
     /// before it is stored: {"account_id", "email", "password"}
@@ -98,7 +98,7 @@ pub enum AccountCommand {
 }
 
 /// `client ...`.
-#[derive(Debug, PartialEq, Eq, Subcommand)]
+#[derive(Subcommand)]
 pub enum ClientCommand {
     /// Registers an app: {"client_id", "client_secret"}. Redirect URIs
     /// must be absolute and without a fragment
@@ -137,7 +137,7 @@ pub enum ClientCommand {
 }
 
 /// `--client-id`.
-#[derive(Debug, PartialEq, Eq, clap::Args)]
+#[derive(clap::Args)]
 pub struct Client {
     /// The app's client id
     #[arg(long = "client-id", value_name = "ID", value_parser = |id: &str| Ok::<_, String>(ClientId::new(id)))]
@@ -145,7 +145,7 @@ pub struct Client {
 }
 
 /// Every `--redirect-uri`, at least one, each one registrable.
-#[derive(Debug, PartialEq, Eq, clap::Args)]
+#[derive(clap::Args)]
 pub struct Uris {
     /// A redirect URI of the app; once per URI
     #[arg(long = "redirect-uri", value_name = "URI", required = true, value_parser = redirect_uri)]
@@ -153,7 +153,7 @@ pub struct Uris {
 }
 
 /// `api-key ...`.
-#[derive(Debug, PartialEq, Eq, Subcommand)]
+#[derive(Subcommand)]
 pub enum ApiKeyCommand {
     /// Issues an API key for the account (label: "cli" unless given):
     /// {"api_key_id", "api_key"}
@@ -178,7 +178,7 @@ pub enum ApiKeyCommand {
 }
 
 /// `--id` of an API key.
-#[derive(Debug, PartialEq, Eq, clap::Args)]
+#[derive(clap::Args)]
 pub struct ApiKey {
     /// The key's id, as `api-key issue` printed it
     #[arg(long, value_name = "ID", value_parser = |text: &str| uuid(text, "an API key").map(ApiKeyId))]
@@ -186,7 +186,7 @@ pub struct ApiKey {
 }
 
 /// `grant ...`.
-#[derive(Debug, PartialEq, Eq, Subcommand)]
+#[derive(Subcommand)]
 pub enum GrantCommand {
     /// Revokes the grant, and every code and token issued under it, at
     /// once: {"grant_id", "revoked": true}

@@ -1,12 +1,12 @@
-//! The operator's commands (`server admin ...`): create accounts, register
-//! and manage apps, issue and switch API keys, list and revoke grants, on
-//! the store and with the key the server uses, without starting the server
-//! or seeding its demo data.
+//! The operator's commands (`conversion-gateway admin ...`): create
+//! accounts, register and manage apps, issue and switch API keys, list and
+//! revoke grants, on the store and with the key the server uses, without
+//! starting the server or seeding its demo data.
 //!
-//! A command line is parsed whole into a [`Command`] first (pure: nothing
-//! is opened before the command line is known to be right), then applied
-//! to a gateway on the opened store, and its outcome printed as one JSON
-//! object on stdout. Secrets (passwords, client secrets, API keys) are
+//! A command line is parsed whole into a [`Command`] first (`cli.rs`; pure:
+//! nothing is opened before the command line is known to be right), then
+//! applied to a gateway on the opened store, and its outcome printed as one
+//! JSON object on stdout. Secrets (passwords, client secrets, API keys) are
 //! printed there once and nowhere else: the errors on stderr name e-mails
 //! and ids only, and nothing is logged.
 //!
@@ -299,7 +299,6 @@ fn client_failure(client: &ClientId, error: ClientUpdateError) -> Failure {
 }
 
 /// Why a command did not run, and so its exit status.
-#[derive(Debug)]
 enum Failure {
     /// `--help`, printed: exit 0.
     Help,
