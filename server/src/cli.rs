@@ -195,7 +195,8 @@ pub fn hyphen_values(command: Command) -> Command {
 pub fn print_help(help: &clap::Error) {
     let mut text = String::new();
     for line in help.render().to_string().lines() {
-        if line.trim_start().starts_with('-') {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('-') || trimmed.starts_with("Usage:") {
             text.push_str(&line.replace(['<', '>'], ""));
         } else {
             text.push_str(line);
