@@ -17,61 +17,39 @@ pub enum CountStore {
     Redis(String),
 }
 
-/// The limits and their counter, as the command line set them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The limits and their counter, as the command line sets them.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct LimitSettings {
-    /// The three limits.
-    pub limits: RateLimits,
-    /// Where they are counted.
+    /// Events per contact e-mail of an account: COUNT/PERIOD, PERIOD a number
+    /// with s, m or h (20/1m, 120/24h), or off
+    // `::std::option::Option`: a value of its own ("off"), not a flag that
+    // may be left out, which is what clap makes of a plain `Option`.
+    #[arg(long = "limit-per-lead", value_name = "LIMIT", default_value = "120/24h", value_parser = |text: &str| limit("--limit-per-lead", text))]
+    per_lead: ::std::option::Option<Limit>,
+    /// Events per account on the event routes
+    #[arg(long = "limit-per-account", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| limit("--limit-per-account", text))]
+    per_account: ::std::option::Option<Limit>,
+    /// Events per API key or per application
+    #[arg(long = "limit-per-credential", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| limit("--limit-per-credential", text))]
+    per_credential: ::std::option::Option<Limit>,
+    /// memory | redis://HOST:PORT: where the counts live; Redis shares them
+    /// between instances
+    #[arg(id = "rate_limit_store", long = "rate-limit-store", value_name = "STORE", default_value = "memory", value_parser = count_store)]
     pub store: CountStore,
-    /// What intake does when the counter fails.
+    /// open | closed: when Redis does not answer, accept events uncounted, or
+    /// refuse them with 503
+    #[arg(id = "rate_limit_failure", long = "rate-limit-failure", value_name = "WHAT", default_value = "open", value_parser = failure)]
     pub failure: LimiterFailure,
 }
 
-impl Default for LimitSettings {
-    /// The library's defaults (120 events per lead in 24 hours, the others
-    /// off), counted in memory, failing open.
-    fn default() -> Self {
-        Self {
-            limits: RateLimits::default(),
-            store: CountStore::Memory,
-            failure: LimiterFailure::Open,
-        }
-    }
-}
-
 impl LimitSettings {
-    /// Applies one of this file's flags; `Ok(false)` if `flag` is not one.
-    pub fn apply(&mut self, flag: &str, value: &str) -> Result<bool, String> {
-        match flag {
-            "--limit-per-lead" => self.limits.per_lead = limit(flag, value)?,
-            "--limit-per-account" => self.limits.per_account = limit(flag, value)?,
-            "--limit-per-credential" => self.limits.per_credential = limit(flag, value)?,
-            "--rate-limit-store" => {
-                self.store = if value == "memory" {
-                    CountStore::Memory
-                } else if value.starts_with("redis://") || value.starts_with("rediss://") {
-                    CountStore::Redis(value.to_owned())
-                } else {
-                    return Err(format!(
-                        "--rate-limit-store must be memory or redis://HOST:PORT, not {value:?}"
-                    ));
-                };
-            }
-            "--rate-limit-failure" => {
-                self.failure = match value {
-                    "open" => LimiterFailure::Open,
-                    "closed" => LimiterFailure::Closed,
-                    _ => {
-                        return Err(format!(
-                            "--rate-limit-failure must be open or closed, not {value:?}"
-                        ));
-                    }
-                };
-            }
-            _ => return Ok(false),
-        }
-        Ok(true)
+    /// The three limits.
+    pub fn limits(&self) -> RateLimits {
+        let mut limits = RateLimits::default();
+        limits.per_lead = self.per_lead;
+        limits.per_account = self.per_account;
+        limits.per_credential = self.per_credential;
+        limits
     }
 
     /// The limiter that counts.
@@ -110,39 +88,72 @@ fn limit(flag: &str, value: &str) -> Result<Option<Limit>, String> {
         .map_err(|error| format!("{flag}: {error}, or off"))
 }
 
+/// `memory`, or a Redis address.
+fn count_store(value: &str) -> Result<CountStore, String> {
+    if value == "memory" {
+        Ok(CountStore::Memory)
+    } else if value.starts_with("redis://") || value.starts_with("rediss://") {
+        Ok(CountStore::Redis(value.to_owned()))
+    } else {
+        Err(format!(
+            "--rate-limit-store must be memory or redis://HOST:PORT, not {value:?}"
+        ))
+    }
+}
+
+/// `open` or `closed`.
+fn failure(value: &str) -> Result<LimiterFailure, String> {
+    match value {
+        "open" => Ok(LimiterFailure::Open),
+        "closed" => Ok(LimiterFailure::Closed),
+        _ => Err(format!(
+            "--rate-limit-failure must be open or closed, not {value:?}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        limits: LimitSettings,
+    }
+
+    fn parse(line: &str) -> Result<LimitSettings, clap::Error> {
+        let arguments = std::iter::once("cg").chain(line.split_whitespace());
+        Flags::try_parse_from(arguments).map(|flags| flags.limits)
+    }
 
     #[test]
     fn the_flags_set_the_limits_and_their_store() {
-        let mut settings = LimitSettings::default();
-        assert_eq!(settings.limits, RateLimits::default());
-        for (flag, value) in [
-            ("--limit-per-lead", "off"),
-            ("--limit-per-account", "500/1m"),
-            ("--limit-per-credential", "20/1m"),
-            ("--rate-limit-store", "redis://:hunter2@127.0.0.1:6379/0"),
-            ("--rate-limit-failure", "closed"),
-        ] {
-            assert_eq!(settings.apply(flag, value), Ok(true), "{flag}");
-        }
-        assert_eq!(settings.limits.per_lead, None);
-        assert_eq!(settings.limits.per_account, Some("500/1m".parse().unwrap()));
-        assert_eq!(
-            settings.limits.per_credential,
-            Some("20/1m".parse().unwrap())
-        );
+        // The library's defaults, counted in memory, failing open.
+        let settings = parse("").unwrap();
+        assert_eq!(settings.limits(), RateLimits::default());
+        assert_eq!(settings.store, CountStore::Memory);
+        assert_eq!(settings.failure, LimiterFailure::Open);
+        let settings = parse(
+            "--limit-per-lead off --limit-per-account 500/1m --limit-per-credential=20/1m \
+             --rate-limit-store redis://:hunter2@127.0.0.1:6379/0 --rate-limit-failure closed",
+        )
+        .unwrap();
+        let limits = settings.limits();
+        assert_eq!(limits.per_lead, None);
+        assert_eq!(limits.per_account, Some("500/1m".parse().unwrap()));
+        assert_eq!(limits.per_credential, Some("20/1m".parse().unwrap()));
         assert_eq!(settings.failure, LimiterFailure::Closed);
         assert_eq!(settings.describe_store(), "redis://127.0.0.1:6379");
-        assert_eq!(settings.apply("--listen", "x"), Ok(false));
-        for (flag, value) in [
-            ("--limit-per-lead", "120"),
-            ("--limit-per-lead", "120/1d"),
-            ("--rate-limit-store", "postgres://x"),
-            ("--rate-limit-failure", "maybe"),
+        for line in [
+            "--limit-per-lead 120",
+            "--limit-per-lead 120/1d",
+            "--rate-limit-store postgres://x",
+            "--rate-limit-failure maybe",
         ] {
-            assert!(settings.apply(flag, value).is_err(), "{flag} {value}");
+            assert!(parse(line).is_err(), "{line}");
         }
     }
 }

@@ -2,8 +2,8 @@
 //! revocation and intake endpoints, on an embedded SQLite store by default.
 //!
 //! ```text
-//! cargo run --example server -- --demo-credentials demo.json
-//! cargo run --example server -- admin client create --name "Lead Sync" --redirect-uri https://app.example/cb
+//! cargo run -p conversion-gateway-server -- --demo-credentials demo.json
+//! cargo run -p conversion-gateway-server -- admin client create --name "Lead Sync" --redirect-uri https://app.example/cb
 //! ```
 //!
 //! The JSON routes are the library's (`conversion_gateway::axum::router`),
@@ -12,8 +12,9 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `main.rs` | the command line, logging, start and shutdown |
-//! | `admin.rs` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
+//! | `main.rs` | logging, start and shutdown |
+//! | `cli.rs` | the command line: the server's flags, their checks and its help |
+//! | `admin/` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
 //! | `store.rs` | `--store`: memory, SQLite or PostgreSQL |
 //! | `app.rs` | the whole app as one router, with the request log |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
@@ -23,6 +24,7 @@
 
 mod admin;
 mod app;
+mod cli;
 mod demo;
 mod limits;
 mod operating;
@@ -39,7 +41,7 @@ use std::time::Duration;
 use conversion_gateway::axum::pages::PagesState;
 use conversion_gateway::{
     Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, OsRandom,
-    PurgeReport, RefreshPolicy, ServerKey, sqlite_files,
+    PurgeReport, ServerKey, sqlite_files,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -47,8 +49,8 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
+use cli::Args;
 use demo::seed_demo;
-use limits::LimitSettings;
 use metrics_exporter_prometheus::PrometheusHandle;
 use operating::warn_if_exposed;
 use serve::{ConnectionLimits, Drained};
@@ -58,275 +60,6 @@ use store::{OpenStore, StoreChoice};
 /// and faster small allocations on the request path (see Cargo.toml).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-const USAGE: &str = "\
-Runs the conversion-gateway service on one address.
-
-Usage: cargo run --example server -- [OPTIONS]
-       cargo run --example server -- admin COMMAND [OPTIONS]
-
-Options:
-  --listen ADDR            Address to listen on [default: 127.0.0.1:8080]
-  --base-url URL           The service's public base URL, also the realm of its
-                           WWW-Authenticate headers [default: http:// and the
-                           address listened on]
-  --store STORE            memory | sqlite:PATH | postgres://USER@HOST/DB
-                           [default: sqlite:conversion-gateway.db]
-  --key-file PATH          The server key file (64 hex digits), created if
-                           missing. Keep it with the store: stored tokens and
-                           secrets are keyed hashes [default: the SQLite path
-                           and .key; conversion-gateway.key for PostgreSQL]
-  --demo-credentials PATH  Where to write the demo app, account and API key,
-                           as JSON readable by its owner only (they are never
-                           logged) [default: the SQLite path and .demo.json;
-                           conversion-gateway.demo.json for the memory and
-                           PostgreSQL stores]
-  --header-timeout SECS    Disconnect a client that takes longer to send a
-                           request's headers, or stays idle longer between
-                           requests [default: 10]
-  --first-byte-timeout SECS
-                           Close a new connection that sends nothing for
-                           this long [default: 5]
-  --first-byte-timeout-under-pressure SECS
-                           The same once more than half of --max-connections
-                           are open (at most --first-byte-timeout) [default: 1]
-  --max-connections N      Connections open at once. At the cap, the
-                           connection that has waited longest without sending
-                           a whole request is closed for a new one; a
-                           connection whose request is being answered never
-                           is. When every one is, new ones wait to be
-                           accepted. The open-files limit is raised to its
-                           hard limit at start if needed; if that is still
-                           too low, fewer are served and a warning says so
-                           [default: 16384]
-  --shutdown-timeout SECS  On Ctrl-C or SIGTERM, how long the requests in
-                           flight may take to finish before their connections
-                           are closed [default: 30]
-  --refresh-policy POLICY  adaptive | rotate | reuse: what a refresh does to
-                           the refresh token presented. adaptive keeps a
-                           grant's first token valid until its successor is
-                           used (clients that never store a new refresh token
-                           keep working; clients that do get reuse
-                           detection); rotate retires every token at once;
-                           reuse never changes it [default: adaptive]
-  --limit-per-lead LIMIT   Events per contact e-mail of an account: COUNT/PERIOD,
-                           PERIOD a number with s, m or h (20/1m, 120/24h), or
-                           off [default: 120/24h]
-  --limit-per-account LIMIT
-                           Events per account on the event routes [default: off]
-  --limit-per-credential LIMIT
-                           Events per API key or per application [default: off]
-  --rate-limit-store STORE memory | redis://HOST:PORT: where the counts live;
-                           Redis shares them between instances [default: memory]
-  --rate-limit-failure WHAT
-                           open | closed: when Redis does not answer, accept
-                           events uncounted, or refuse them with 503
-                           [default: open]
-  --events nats://HOST:PORT
-                           Send events to a NATS JetStream stream (created if
-                           missing, file storage, one subject per account,
-                           STREAM.ACCOUNT with the stream's name in lower case)
-                           instead of --store, which keeps OAuth state,
-                           accounts and keys [default: events in --store]
-  --events-stream NAME     The JetStream stream [default: CONVERSIONS]
-  --resource-servers PATH  A JSON object of ids and secrets: the platform's own
-                           services, which may introspect any token at
-                           POST /auth/introspect with HTTP Basic ID:SECRET
-                           (an application sees its own tokens only); keep it
-                           readable by the server's user only [default: none]
-  --metrics-listen ADDR    Serve GET /metrics on a listener of its own
-                           (for a network only the monitoring reaches)
-                           instead of beside the API [default: beside it]
-  -h, --help               Print this help
-
-Operating: GET /healthz answers 200 while the process serves; GET /readyz
-200 when every store answers within 2 s, else 503 naming the stores that did
-not; GET /metrics the Prometheus text format (cg_requests_total,
-cg_events_recorded_total, cg_store_operation_seconds, ...). Every answer
-carries X-Request-Id, also in its log line (a client's own is kept if it is
-1 to 64 letters, digits, -, _ or .).
-
-Operator commands (admin --help tells more), on the store and key given by
---store and --key-file, each printing one JSON object, the server not started:
-  admin account create --name NAME --email EMAIL
-  admin client create --name NAME --redirect-uri URI [...] [--require-pkce]
-  admin client rotate-secret | disable | enable --client-id ID
-  admin client redirect-uris --client-id ID --redirect-uri URI [...]
-  admin api-key issue --account EMAIL [--label LABEL]
-  admin api-key disable | enable --id ID
-  admin grants --account EMAIL
-  admin grant revoke --id ID
-
-A request over a limit is answered 429 with Retry-After, RateLimit-Policy and
-RateLimit headers, and nothing of it is recorded; a batch is charged per
-event, all or nothing; an Idempotency-Key replay is not charged again.
-
-Sign-ins are throttled: after 5 failures for one account from one address,
-20 for one account, or 20 from one address within 15 minutes, the sign-in
-form answers 429 until the 15 minutes have passed. At most one password is
-checked per core at a time; a sign-in that waits over 2 s for its turn is
-answered 503.
-
-At start, the server warns about a key file or SQLite database (with its
--wal and -shm files) that users other than its owner can read or write.
-
-Every ten minutes, the server deletes what expired more than 7 days ago:
-authorization codes, access tokens, rotated refresh tokens, the refresh
-tokens of revoked grants and idempotency keys.
-
-Environment:
-  CONVERSION_GATEWAY_KEY   The server key (64 hex digits), when --key-file is
-                           not given; share it between instances of one store
-  RUST_LOG                 Log filter [default: info,sqlx=warn]
-";
-
-/// The parsed command line.
-struct Args {
-    listen: String,
-    base_url: Option<String>,
-    store: StoreChoice,
-    key_file: Option<PathBuf>,
-    demo_credentials: Option<PathBuf>,
-    /// `--first-byte-timeout*`, `--header-timeout`, `--max-connections`
-    /// and `--shutdown-timeout`.
-    connections: ConnectionLimits,
-    /// `--refresh-policy`: the gateway's default refresh policy.
-    refresh_policy: RefreshPolicy,
-    /// `--limit-per-*` and `--rate-limit-*`.
-    limits: LimitSettings,
-    /// `--events nats://HOST:PORT`: events go to JetStream, not `--store`.
-    events: Option<String>,
-    /// `--events-stream`: the JetStream stream's name.
-    events_stream: String,
-    /// `--metrics-listen`: a listener of their own for `/metrics`.
-    metrics_listen: Option<String>,
-    /// `--resource-servers`: the platform's services allowed to introspect
-    /// any token.
-    resource_servers: Option<PathBuf>,
-}
-
-/// The refresh policy a `--refresh-policy` value names, with the default
-/// grace window of 30 seconds.
-fn refresh_policy(text: &str) -> Result<RefreshPolicy, String> {
-    let grace = RefreshPolicy::default().grace();
-    match text {
-        "adaptive" => Ok(RefreshPolicy::Adaptive { grace }),
-        "rotate" => Ok(RefreshPolicy::Rotate { grace }),
-        "reuse" => Ok(RefreshPolicy::Reuse),
-        _ => Err(format!(
-            "--refresh-policy must be adaptive, rotate or reuse, not {text:?}"
-        )),
-    }
-}
-
-impl Args {
-    /// The arguments, or `None` for `--help`.
-    fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Self>, String> {
-        let mut parsed = Args {
-            listen: "127.0.0.1:8080".into(),
-            base_url: None,
-            store: StoreChoice::Sqlite(PathBuf::from("conversion-gateway.db")),
-            key_file: None,
-            demo_credentials: None,
-            connections: ConnectionLimits::default(),
-            refresh_policy: RefreshPolicy::default(),
-            limits: LimitSettings::default(),
-            events: None,
-            events_stream: "CONVERSIONS".to_owned(),
-            metrics_listen: None,
-            resource_servers: None,
-        };
-        while let Some(arg) = args.next() {
-            if arg == "-h" || arg == "--help" {
-                return Ok(None);
-            }
-            // Both `--flag value` and `--flag=value`.
-            let (flag, inline) = match arg.split_once('=') {
-                Some((flag, value)) if flag.starts_with("--") => {
-                    (flag.to_owned(), Some(value.to_owned()))
-                }
-                _ => (arg, None),
-            };
-            let mut value = || {
-                inline
-                    .clone()
-                    .or_else(|| args.next())
-                    .ok_or(format!("{flag} needs a value"))
-            };
-            match flag.as_str() {
-                "--listen" => parsed.listen = value()?,
-                "--base-url" => parsed.base_url = Some(base_url(&value()?)?),
-                "--store" => parsed.store = StoreChoice::parse(&value()?)?,
-                "--key-file" => parsed.key_file = Some(value()?.into()),
-                "--demo-credentials" => parsed.demo_credentials = Some(value()?.into()),
-                "--header-timeout" => {
-                    parsed.connections.header_timeout = seconds(&flag, &value()?)?;
-                }
-                "--first-byte-timeout" => {
-                    parsed.connections.first_byte_timeout = seconds(&flag, &value()?)?;
-                }
-                "--first-byte-timeout-under-pressure" => {
-                    parsed.connections.first_byte_timeout_under_pressure =
-                        seconds(&flag, &value()?)?;
-                }
-                "--max-connections" => {
-                    parsed.connections.max_connections = positive(&flag, &value()?)?;
-                }
-                "--shutdown-timeout" => {
-                    parsed.connections.shutdown_timeout = seconds(&flag, &value()?)?;
-                }
-                "--refresh-policy" => parsed.refresh_policy = refresh_policy(&value()?)?,
-                "--events" => {
-                    let url = value()?;
-                    if !url.starts_with("nats://") {
-                        return Err(format!("--events must be nats://HOST:PORT, not {url:?}"));
-                    }
-                    parsed.events = Some(url);
-                }
-                "--metrics-listen" => parsed.metrics_listen = Some(value()?),
-                "--resource-servers" => parsed.resource_servers = Some(value()?.into()),
-                "--events-stream" => {
-                    let name = value()?;
-                    let valid = !name.is_empty()
-                        && name
-                            .chars()
-                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-                    if !valid {
-                        return Err(format!(
-                            "--events-stream must be letters, digits, _ and -, not {name:?}"
-                        ));
-                    }
-                    parsed.events_stream = name;
-                }
-                _ if flag.starts_with("--limit-per-") || flag.starts_with("--rate-limit-") => {
-                    if !parsed.limits.apply(&flag, &value()?)? {
-                        return Err(format!("unknown argument {flag:?}"));
-                    }
-                }
-                _ => return Err(format!("unknown argument {flag:?}")),
-            }
-        }
-        Ok(Some(parsed))
-    }
-
-    /// Where the demo credentials go: `--demo-credentials`, else beside the
-    /// SQLite database, else the working directory.
-    fn demo_credentials_path(&self) -> PathBuf {
-        if let Some(path) = &self.demo_credentials {
-            return path.clone();
-        }
-        match &self.store {
-            StoreChoice::Sqlite(database) => {
-                let mut path = database.as_os_str().to_owned();
-                path.push(".demo.json");
-                PathBuf::from(path)
-            }
-            StoreChoice::Memory | StoreChoice::Postgres(_) => {
-                PathBuf::from("conversion-gateway.demo.json")
-            }
-        }
-    }
-}
 
 /// The resource servers of `--resource-servers`: a JSON object of ids and
 /// secrets. The secrets are hashed by the gateway and never logged.
@@ -352,53 +85,17 @@ fn resource_servers(path: &Path) -> Result<Vec<(String, ClientSecret)>, String> 
         .collect())
 }
 
-/// A whole number above zero.
-fn positive(flag: &str, text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(number) if number > 0 => Ok(number),
-        _ => Err(format!("{flag} needs a whole number above 0, not {text:?}")),
-    }
-}
-
-/// A whole number of seconds above zero.
-fn seconds(flag: &str, text: &str) -> Result<Duration, String> {
-    let seconds = positive(flag, text)?;
-    Ok(Duration::from_secs(seconds as u64))
-}
-
-/// A base URL that can be written in a `WWW-Authenticate` realm.
-fn base_url(text: &str) -> Result<String, String> {
-    let url = text.trim_end_matches('/');
-    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
-    let chars_ok = url
-        .chars()
-        .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\');
-    if scheme_ok && chars_ok && !url.ends_with("//") {
-        Ok(url.to_owned())
-    } else {
-        Err(format!(
-            "--base-url must be an http:// or https:// URL, not {text:?}"
-        ))
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    let mut arguments = std::env::args().skip(1).peekable();
-    // Before the server's own flags: `admin` takes flags of its own.
+    let mut arguments = std::env::args_os().peekable();
+    let program = arguments.next().unwrap_or_default();
+    // `admin` first: its commands have flags of their own.
     if arguments.peek().is_some_and(|first| first == "admin") {
         return admin::run(arguments.skip(1)).await;
     }
-    let args = match Args::parse(arguments) {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("error: {message}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let args = match cli::parse(std::iter::once(program).chain(arguments)) {
+        Ok(args) => args,
+        Err(status) => return status,
     };
     init_logging();
     match run(args, shutdown_signal()).await {
@@ -461,7 +158,7 @@ async fn start(args: &Args) -> Result<Started, String> {
     let metrics = operating::metrics_handle()?;
     // The store first: a key file is only created for a store that opens.
     let store = OpenStore::open(&args.store).await?;
-    let (key, key_path) = server_key(args)?;
+    let (key, key_path) = server_key(&args.store, args.key_file.as_deref())?;
     let mut private_files: Vec<PathBuf> = key_path.into_iter().collect();
     if let StoreChoice::Sqlite(database) = &args.store {
         private_files.extend(sqlite_files(database));
@@ -472,7 +169,7 @@ async fn start(args: &Args) -> Result<Started, String> {
     warn_if_exposed(&private_files);
 
     // Before the listener, whose backlog follows the cap.
-    let connections = serve::fit_open_files(args.connections);
+    let connections = serve::fit_open_files(args.connections());
     let listener = serve::listen(&args.listen, &connections)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", args.listen))?;
@@ -486,7 +183,7 @@ async fn start(args: &Args) -> Result<Started, String> {
         .unwrap_or_else(|| format!("http://{address}"));
     let mut config = GatewayConfig::new(base_url.as_str());
     config.refresh_policy = args.refresh_policy;
-    config.rate_limits = args.limits.limits;
+    config.rate_limits = args.limits.limits();
     config.rate_limiter_failure = args.limits.failure;
     let mut stores = store.stores();
     if let Some(url) = &args.events {
@@ -688,12 +385,16 @@ fn shutdown_signal() -> impl Future<Output = ()> {
     }
 }
 
-/// The server key: `--key-file`, else `CONVERSION_GATEWAY_KEY`, else the key
-/// file beside the SQLite database (a fresh key for the memory store); and
-/// the key file's path, if it came from one.
-fn server_key(args: &Args) -> Result<(ServerKey, Option<PathBuf>), String> {
+/// The server key of `store`: `file` (`--key-file`), else
+/// `CONVERSION_GATEWAY_KEY`, else the key file beside the SQLite database (a
+/// fresh key for the memory store); and the key file's path, if it came from
+/// one.
+fn server_key(
+    store: &StoreChoice,
+    file: Option<&Path>,
+) -> Result<(ServerKey, Option<PathBuf>), String> {
     let from_file = |path: &Path| Ok((key_file(path)?, Some(path.to_owned())));
-    if let Some(path) = &args.key_file {
+    if let Some(path) = file {
         return from_file(path);
     }
     match std::env::var("CONVERSION_GATEWAY_KEY") {
@@ -708,7 +409,7 @@ fn server_key(args: &Args) -> Result<(ServerKey, Option<PathBuf>), String> {
         }
         Err(std::env::VarError::NotPresent) => {}
     }
-    match &args.store {
+    match store {
         StoreChoice::Memory => {
             tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
             Ok((ServerKey::generate(&OsRandom), None))

@@ -10,6 +10,7 @@ use conversion_gateway::Stores;
 use crate::describe;
 
 /// Where the data lives.
+#[derive(Clone)]
 pub enum StoreChoice {
     Memory,
     Sqlite(PathBuf),

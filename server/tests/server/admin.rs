@@ -776,6 +776,21 @@ fn values_a_command_cannot_take_fail_with_one_line_before_the_store_is_opened() 
     }
     admin(&["grant", "revoke", "--id", "42", "--store", &store])
         .fails_with(2, "error: --id must be a grant id (a UUID), not \"42\"");
+    admin(&[
+        "account",
+        "create",
+        "--name",
+        "A",
+        "--email=A",
+        "--store",
+        &store,
+    ])
+    .fails_with(2, "error: --email must be an e-mail address, not \"A\"");
+    // The store's flag before the command's words, in either form.
+    admin(&["--store=mysql://x", "grants", "--account", "a@b.example"]).fails_with(
+        2,
+        "error: --store must be memory, sqlite:PATH or postgres://..., not \"mysql://x\"",
+    );
     let stderr = admin(&["grants", "--account", "a@b.example", "--store", "memory"])
         .failure(2)
         .to_owned();
@@ -791,7 +806,7 @@ fn wrong_command_lines_fail_with_the_commands_usage_line() {
         (
             &["account", "create", "--email", "a@b.example"][..],
             "error: --name is required",
-            "usage: server admin account create --name NAME --email EMAIL",
+            "usage: conversion-gateway admin account create --name NAME --email EMAIL",
         ),
         (
             &[
@@ -804,22 +819,37 @@ fn wrong_command_lines_fail_with_the_commands_usage_line() {
                 "--pkce",
             ],
             "error: unknown flag \"--pkce\" for `client create`",
-            "usage: server admin client create --name NAME --redirect-uri URI [--redirect-uri URI ...] [--require-pkce]",
+            "usage: conversion-gateway admin client create --name NAME --redirect-uri URI [--redirect-uri URI ...] [--require-pkce]",
         ),
         (
             &["client", "rotate-secret", "--client-id"],
             "error: --client-id needs a value",
-            "usage: server admin client rotate-secret --client-id ID",
+            "usage: conversion-gateway admin client rotate-secret --client-id ID",
         ),
         (
             &["client", "delete", "--client-id", "x"],
             "error: unknown command \"client delete\"",
-            "usage: server admin COMMAND [OPTIONS] (see: server admin --help)",
+            "usage: conversion-gateway admin COMMAND [OPTIONS] (see: conversion-gateway admin --help)",
         ),
         (
             &[],
             "error: no command given",
-            "usage: server admin COMMAND [OPTIONS] (see: server admin --help)",
+            "usage: conversion-gateway admin COMMAND [OPTIONS] (see: conversion-gateway admin --help)",
+        ),
+        (
+            &["client"],
+            "error: unknown command \"client\"",
+            "usage: conversion-gateway admin COMMAND [OPTIONS] (see: conversion-gateway admin --help)",
+        ),
+        (
+            &["client", "enable", "--client-id", "a", "--client-id=b"],
+            "error: --client-id is given more than once",
+            "usage: conversion-gateway admin client enable --client-id ID",
+        ),
+        (
+            &["client", "enable", "--client-id", "a", "--require-pkce"],
+            "error: unknown flag \"--require-pkce\" for `client enable`",
+            "usage: conversion-gateway admin client enable --client-id ID",
         ),
     ] {
         admin(args).fails_with(2, &format!("{error}\n{usage}"));
