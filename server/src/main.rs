@@ -25,8 +25,7 @@
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
 //! | `operating.rs` | `/healthz`, `/readyz`, `/metrics` and its upkeep, request ids |
 //! | `demo.rs` | the demo app, account and API key, and their file |
-//! | `serve/` | the connections: the accept loop, its bounds (cap and shedding of idle connections, first-byte and header timeouts, open files), shutdown deadline |
-
+//! 
 mod account;
 mod admin;
 mod app;
@@ -39,7 +38,6 @@ mod limits;
 mod operating;
 mod pages;
 mod passwords;
-mod serve;
 mod session;
 mod store;
 mod throttle;
@@ -51,6 +49,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conversion_gateway::axum::{ConnectionLimits, Drained};
 use conversion_gateway::{
     ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, PurgeReport, RefreshPolicy,
     SystemClock,
@@ -67,7 +66,6 @@ use key_file::{ServerKey, sqlite_files, warn_if_exposed};
 use limits::LimitSettings;
 use metrics_exporter_prometheus::PrometheusHandle;
 use passwords::Passwords;
-use serve::{ConnectionLimits, Drained};
 use store::{OpenStore, StoreChoice};
 
 /// mimalloc in place of glibc's malloc: fewer system calls as the heap grows
@@ -488,8 +486,8 @@ async fn start(args: &Args) -> Result<Started, String> {
     warn_if_exposed(&private_files);
 
     // Before the listener, whose backlog follows the cap.
-    let connections = serve::fit_open_files(args.connections);
-    let listener = serve::listen(&args.listen, &connections)
+    let connections = conversion_gateway::axum::fit_open_files(args.connections);
+    let listener = conversion_gateway::axum::listen(&args.listen, &connections)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", args.listen))?;
     let address = listener
@@ -611,7 +609,7 @@ impl Started {
             }
             None => (Some(self.metrics), None),
         };
-        let drained = serve::serve(
+        let drained = conversion_gateway::axum::serve(
             self.listener,
             app::logged(app::router(self.gateway.clone(), self.dialog, beside)),
             self.connections,

@@ -37,11 +37,15 @@ mod cors;
 mod extract;
 mod respond;
 mod router;
+mod serve;
 
 pub use bearer::Bearer;
 pub use extract::{EventRequest, OAUTH_BODY_LIMIT, OAuthRequest};
 pub use respond::{json_errors, panic_as_json, plain_errors_as_json};
 pub use router::{REQUEST_TIMEOUT, router};
+pub use serve::capacity::{fit_open_files, listen};
+pub use serve::limits::ConnectionLimits;
+pub use serve::{Drained, serve};
 
 #[cfg(test)]
 mod tests;
