@@ -222,6 +222,12 @@ pub use store::{
     TokenStore,
 };
 
+// Tasks a host spawns on tokio: the only code here that waits on a timer.
+#[cfg(feature = "tasks")]
+mod tasks;
+#[cfg(feature = "tasks")]
+pub use tasks::{PURGE_EVERY, purge_every};
+
 // Adapters to the `http` crate's types and to axum.
 #[cfg(feature = "http")]
 mod http_types;

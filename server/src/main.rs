@@ -25,7 +25,7 @@
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
 //! | `operating.rs` | `/healthz`, `/readyz`, `/metrics` and its upkeep, request ids |
 //! | `demo.rs` | the demo app, account and API key, and their file |
-//! 
+
 mod account;
 mod admin;
 mod app;
@@ -51,8 +51,7 @@ use std::time::Duration;
 
 use conversion_gateway::axum::{ConnectionLimits, Drained};
 use conversion_gateway::{
-    ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, PurgeReport, RefreshPolicy,
-    SystemClock,
+    ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, RefreshPolicy, SystemClock,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -591,7 +590,10 @@ impl Started {
     /// Serves until `shutdown` resolves, lets the requests in flight finish
     /// (up to `--shutdown-timeout`), then closes the store.
     async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let purge = tokio::spawn(purge_periodically(self.gateway.clone(), PURGE_EVERY));
+        let purge = tokio::spawn(conversion_gateway::purge_every(
+            self.gateway.clone(),
+            conversion_gateway::PURGE_EVERY,
+        ));
         let upkeep = tokio::spawn(operating::run_metrics_upkeep(
             self.metrics.clone(),
             operating::METRICS_UPKEEP_EVERY,
@@ -631,32 +633,6 @@ impl Started {
             Drained::Cut(connections) => {
                 tracing::warn!(connections, "stopped; some requests were cut off");
             }
-        }
-    }
-}
-
-/// How often the server purges what expired beyond the retention.
-const PURGE_EVERY: Duration = Duration::from_secs(600);
-
-/// Deletes what expired beyond the gateway's retention now and then every
-/// `every`, until the task is aborted. A failure is logged and retried at
-/// the next tick: an outage only delays the purge.
-async fn purge_periodically(gateway: Arc<Gateway>, every: Duration) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        match gateway.purge_expired().await {
-            Ok(report) if report == PurgeReport::default() => {}
-            Ok(report) => tracing::info!(
-                tokens = report.tokens,
-                idempotency_claims = report.idempotency_claims,
-                "purged expired records"
-            ),
-            Err(error) => tracing::warn!(
-                error = %describe(&error),
-                "purging expired records failed; trying again at the next interval"
-            ),
         }
     }
 }
