@@ -15,7 +15,7 @@
 //! | `admin.rs` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
 //! | `store.rs` | `--store`: memory, SQLite or PostgreSQL |
 //! | `account.rs` | the signed-in user's connected applications, `/account/apps` |
-//! | `app.rs` | the whole app as one router, with the request log |
+//! | `app.rs` | the whole app as one router |
 //! | `dialog.rs` | the sign-in and consent pages and their forms |
 //! | `session.rs` | the session cookie, the login nonce, CSRF tokens |
 //! | `passwords.rs` | Argon2id, and the bound on concurrent checks |
@@ -23,7 +23,6 @@
 //! | `pages.rs` | the HTML template, escaping and the page headers |
 //! | `key_file.rs` | the server key and the private files' permissions |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
-//! | `operating.rs` | `/healthz`, `/readyz`, `/metrics` and its upkeep, request ids |
 //! | `demo.rs` | the demo app, account and API key, and their file |
 
 mod account;
@@ -35,7 +34,6 @@ mod dialog;
 mod dialog_tests;
 mod key_file;
 mod limits;
-mod operating;
 mod pages;
 mod passwords;
 mod session;
@@ -49,7 +47,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conversion_gateway::axum::{ConnectionLimits, Drained};
+use conversion_gateway::axum::{
+    ConnectionLimits, Drained, METRICS_UPKEEP_EVERY, PrometheusMetrics, metrics_router,
+    with_request_log,
+};
 use conversion_gateway::{
     ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, RefreshPolicy, SystemClock,
 };
@@ -63,7 +64,6 @@ use demo::seed_demo;
 use dialog::{DialogState, LoginLimits};
 use key_file::{ServerKey, sqlite_files, warn_if_exposed};
 use limits::LimitSettings;
-use metrics_exporter_prometheus::PrometheusHandle;
 use passwords::Passwords;
 use store::{OpenStore, StoreChoice};
 
@@ -461,7 +461,7 @@ struct Started {
     gateway: Arc<Gateway>,
     connections: ConnectionLimits,
     /// Renders the metrics.
-    metrics: PrometheusHandle,
+    metrics: PrometheusMetrics,
     /// `--metrics-listen`'s listener, if any.
     metrics_listener: Option<TcpListener>,
 }
@@ -471,7 +471,7 @@ struct Started {
 async fn start(args: &Args) -> Result<Started, String> {
     // The recorder before the store and the gateway, which register their
     // series at zero: /metrics lists them all before the first request.
-    let metrics = operating::metrics_handle()?;
+    let metrics = PrometheusMetrics::install().map_err(|error| describe(&error))?;
     // The store first: a key file is only created for a store that opens.
     let store = OpenStore::open(&args.store).await?;
     let (key, key_path) = server_key(args)?;
@@ -594,14 +594,11 @@ impl Started {
             self.gateway.clone(),
             conversion_gateway::PURGE_EVERY,
         ));
-        let upkeep = tokio::spawn(operating::run_metrics_upkeep(
-            self.metrics.clone(),
-            operating::METRICS_UPKEEP_EVERY,
-        ));
+        let upkeep = tokio::spawn(self.metrics.clone().upkeep(METRICS_UPKEEP_EVERY));
         // /metrics beside the API, or on its own listener.
         let (beside, own) = match self.metrics_listener {
             Some(listener) => {
-                let routes = operating::metrics_routes(self.metrics);
+                let routes: axum::Router = metrics_router(self.metrics);
                 (
                     None,
                     Some(tokio::spawn(
@@ -613,7 +610,7 @@ impl Started {
         };
         let drained = conversion_gateway::axum::serve(
             self.listener,
-            app::logged(app::router(self.gateway.clone(), self.dialog, beside)),
+            with_request_log(app::router(self.gateway.clone(), self.dialog, beside)),
             self.connections,
             shutdown,
         )

@@ -35,12 +35,20 @@
 mod bearer;
 mod cors;
 mod extract;
+mod operating;
+#[cfg(feature = "prometheus")]
+mod prometheus;
+mod request_log;
 mod respond;
 mod router;
 mod serve;
 
 pub use bearer::Bearer;
 pub use extract::{EventRequest, OAUTH_BODY_LIMIT, OAuthRequest};
+pub use operating::operations_router;
+#[cfg(feature = "prometheus")]
+pub use prometheus::{METRICS_UPKEEP_EVERY, MetricsError, PrometheusMetrics, metrics_router};
+pub use request_log::{REQUEST_ID_HEADER, RequestId, with_request_log};
 pub use respond::{json_errors, panic_as_json, plain_errors_as_json};
 pub use router::{REQUEST_TIMEOUT, router};
 pub use serve::capacity::{fit_open_files, listen};
