@@ -159,6 +159,7 @@ pub use records::tokens::{
 // The service: construction, and one method per endpoint.
 mod gateway;
 pub mod metrics;
+pub use gateway::open::{OpenStoreError, OpenedStore, StoreUrl, StoreUrlError};
 pub use gateway::operations::{PurgeReport, Readiness};
 pub use gateway::{Gateway, Stores};
 

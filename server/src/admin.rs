@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use conversion_gateway::{
     Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ConnectedApp,
-    Gateway, GatewayConfig, GrantId, OsRandom, StoreError, is_registrable_redirect_uri,
+    Gateway, GatewayConfig, GrantId, OsRandom, StoreError, StoreUrl, is_registrable_redirect_uri,
 };
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -30,7 +30,6 @@ use uuid::Uuid;
 
 use crate::passwords::Passwords;
 use crate::session::random_token;
-use crate::store::{OpenStore, StoreChoice};
 use crate::{Args, describe, server_key};
 
 /// Random bytes in a generated password: 144 bits, 24 URL-safe characters.
@@ -349,7 +348,7 @@ impl Invocation {
         let server = Args::parse(server_flags.into_iter())
             .map_err(Failure::Invalid)?
             .expect("no --help among --store and --key-file");
-        if let StoreChoice::Memory = server.store {
+        if let StoreUrl::Memory = server.store {
             return Err(Failure::Invalid(
                 "--store memory keeps nothing beyond this command: give the server's \
                  store, sqlite:PATH or postgres://..."
@@ -366,9 +365,12 @@ impl Invocation {
     /// # Errors
     /// [`Failure::Failed`].
     async fn execute(self) -> Result<Value, Failure> {
-        let store = OpenStore::open(&self.server.store)
+        let store = self
+            .server
+            .store
+            .open()
             .await
-            .map_err(Failure::Failed)?;
+            .map_err(|error| Failure::Failed(crate::describe(&error)))?;
         let outcome = match server_key(&self.server) {
             Ok((key, _)) => {
                 // The base URL only names the realm of HTTP answers, and

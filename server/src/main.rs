@@ -13,7 +13,6 @@
 //! |---|---|
 //! | `main.rs` | the command line, logging, start and shutdown |
 //! | `admin.rs` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
-//! | `store.rs` | `--store`: memory, SQLite or PostgreSQL |
 //! | `account.rs` | the signed-in user's connected applications, `/account/apps` |
 //! | `app.rs` | the whole app as one router |
 //! | `dialog.rs` | the sign-in and consent pages and their forms |
@@ -37,7 +36,6 @@ mod limits;
 mod pages;
 mod passwords;
 mod session;
-mod store;
 mod throttle;
 
 use std::future::Future;
@@ -52,7 +50,8 @@ use conversion_gateway::axum::{
     with_request_log,
 };
 use conversion_gateway::{
-    ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, RefreshPolicy, SystemClock,
+    ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, OpenedStore, RefreshPolicy,
+    StoreUrl, SystemClock,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -65,7 +64,6 @@ use dialog::{DialogState, LoginLimits};
 use key_file::{ServerKey, sqlite_files, warn_if_exposed};
 use limits::LimitSettings;
 use passwords::Passwords;
-use store::{OpenStore, StoreChoice};
 
 /// mimalloc in place of glibc's malloc: fewer system calls as the heap grows
 /// and faster small allocations on the request path (see Cargo.toml).
@@ -197,7 +195,7 @@ Environment:
 struct Args {
     listen: String,
     base_url: Option<String>,
-    store: StoreChoice,
+    store: StoreUrl,
     key_file: Option<PathBuf>,
     demo_credentials: Option<PathBuf>,
     /// `--first-byte-timeout*`, `--header-timeout`, `--max-connections`
@@ -238,7 +236,7 @@ impl Args {
         let mut parsed = Args {
             listen: "127.0.0.1:8080".into(),
             base_url: None,
-            store: StoreChoice::Sqlite(PathBuf::from("conversion-gateway.db")),
+            store: StoreUrl::Sqlite(PathBuf::from("conversion-gateway.db")),
             key_file: None,
             demo_credentials: None,
             connections: ConnectionLimits::default(),
@@ -269,7 +267,11 @@ impl Args {
             match flag.as_str() {
                 "--listen" => parsed.listen = value()?,
                 "--base-url" => parsed.base_url = Some(base_url(&value()?)?),
-                "--store" => parsed.store = StoreChoice::parse(&value()?)?,
+                "--store" => {
+                    parsed.store = value()?
+                        .parse()
+                        .map_err(|error| format!("--store: {error}"))?;
+                }
                 "--key-file" => parsed.key_file = Some(value()?.into()),
                 "--demo-credentials" => parsed.demo_credentials = Some(value()?.into()),
                 "--header-timeout" => {
@@ -329,12 +331,12 @@ impl Args {
             return path.clone();
         }
         match &self.store {
-            StoreChoice::Sqlite(database) => {
+            StoreUrl::Sqlite(database) => {
                 let mut path = database.as_os_str().to_owned();
                 path.push(".demo.json");
                 PathBuf::from(path)
             }
-            StoreChoice::Memory | StoreChoice::Postgres(_) => {
+            StoreUrl::Memory | StoreUrl::Postgres(_) => {
                 PathBuf::from("conversion-gateway.demo.json")
             }
         }
@@ -455,7 +457,7 @@ async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), Strin
 /// A server ready to serve: its store open, its demo data seeded and its
 /// listener bound.
 struct Started {
-    store: OpenStore,
+    store: OpenedStore,
     listener: TcpListener,
     dialog: DialogState,
     gateway: Arc<Gateway>,
@@ -473,10 +475,10 @@ async fn start(args: &Args) -> Result<Started, String> {
     // series at zero: /metrics lists them all before the first request.
     let metrics = PrometheusMetrics::install().map_err(|error| describe(&error))?;
     // The store first: a key file is only created for a store that opens.
-    let store = OpenStore::open(&args.store).await?;
+    let store = args.store.open().await.map_err(|error| describe(&error))?;
     let (key, key_path) = server_key(args)?;
     let mut private_files: Vec<PathBuf> = key_path.into_iter().collect();
-    if let StoreChoice::Sqlite(database) = &args.store {
+    if let StoreUrl::Sqlite(database) = &args.store {
         private_files.extend(sqlite_files(database));
     }
     if let Some(path) = &args.resource_servers {
@@ -702,16 +704,16 @@ fn server_key(args: &Args) -> Result<(ServerKey, Option<PathBuf>), String> {
         Err(std::env::VarError::NotPresent) => {}
     }
     match &args.store {
-        StoreChoice::Memory => {
+        StoreUrl::Memory => {
             tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
             Ok((ServerKey::generate(), None))
         }
-        StoreChoice::Sqlite(database) => {
+        StoreUrl::Sqlite(database) => {
             let mut path = database.as_os_str().to_owned();
             path.push(".key");
             from_file(Path::new(&path))
         }
-        StoreChoice::Postgres(_) => from_file(Path::new("conversion-gateway.key")),
+        StoreUrl::Postgres(_) => from_file(Path::new("conversion-gateway.key")),
     }
 }
 
