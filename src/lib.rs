@@ -23,9 +23,10 @@
 //!   the request parts an adapter extracted ([`RequestParts`]) and returns a
 //!   typed result, which [`Gateway::answer`] turns into an [`HttpAnswer`]
 //!   (status, headers, JSON). The optional `axum` feature (module `axum`)
-//!   serves every JSON route as one router; the `http` feature converts to
-//!   and from the `http` crate's types. `examples/server/` is the complete
-//!   service on axum; `examples/hyper_adapter.rs` shows another stack.
+//!   serves every JSON route as one router, with the operator's routes and
+//!   an accept loop a host may use; the `http` feature converts to and from
+//!   the `http` crate's types. `server/` is the complete service on axum;
+//!   `examples/hyper_adapter.rs` shows another stack.
 //! - No login UI and no password hashing: the host renders the dialog's pages
 //!   and verifies passwords; [`Account::password_hash`] holds its PHC string.
 //! - No wall clock or random source inside the decisions: [`Clock`] and

@@ -270,7 +270,7 @@ impl Args {
                 "--store" => {
                     parsed.store = value()?
                         .parse()
-                        .map_err(|error| format!("--store: {error}"))?;
+                        .map_err(|error| format!("--store {error}"))?;
                 }
                 "--key-file" => parsed.key_file = Some(value()?.into()),
                 "--demo-credentials" => parsed.demo_credentials = Some(value()?.into()),

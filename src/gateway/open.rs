@@ -52,14 +52,18 @@ pub enum StoreUrl {
 }
 
 /// A store URL that is none of `memory`, `sqlite:PATH` or `postgres://...`.
+///
+/// Its message follows the name of the setting that held the URL, as in
+/// `format!("--store {error}")`: "--store must be memory, sqlite:PATH or
+/// postgres://..., not \"mysql://db\"".
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreUrlError {
     /// `sqlite:` with no path after it.
-    #[error("a sqlite: store needs a file path, e.g. sqlite:conversion-gateway.db")]
+    #[error("sqlite: needs a file path, e.g. sqlite:conversion-gateway.db")]
     MissingSqlitePath,
     /// Some other text; shown only when it cannot hold a password (no `@`).
-    #[error("a store is memory, sqlite:PATH or postgres://..., not {shown}")]
+    #[error("must be memory, sqlite:PATH or postgres://..., not {shown}")]
     Unrecognised {
         /// The text quoted, or a note that it is not shown.
         shown: String,
