@@ -59,7 +59,7 @@ use self::cpu::{CpuPerRequest, CpuSample};
 
 mod cpu;
 
-const TYPICAL: &[u8] = include_bytes!("../data/typical.json");
+const TYPICAL: &[u8] = include_bytes!("../../../benches/data/typical.json");
 
 struct Options {
     seconds: u64,
