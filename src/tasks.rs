@@ -4,18 +4,6 @@
 //! time from its injected [`Clock`](crate::clock::Clock) and never sleeps,
 //! so its decisions stay testable over weeks of manual time. A task here
 //! only says *when* to call the core; what a call does is the core's.
-//!
-//! ```no_run
-//! # use std::sync::Arc;
-//! # use conversion_gateway::{Gateway, GatewayConfig, SecretHasher, Stores};
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
-//! # let gateway = Arc::new(Gateway::new(GatewayConfig::new("http://127.0.0.1:8080"), Stores::in_memory(), SecretHasher::new([7; 32])));
-//! let purge = tokio::spawn(conversion_gateway::purge_every(gateway.clone(), conversion_gateway::PURGE_EVERY));
-//! // ... serve ...
-//! purge.abort();
-//! # }
-//! ```
 
 use std::error::Error;
 use std::future::Future;
@@ -42,6 +30,20 @@ pub const PURGE_EVERY: Duration = Duration::from_secs(600);
 /// loses nothing, since each of the purge's statements is atomic and the
 /// next run carries on. A tick missed because a purge took long is not
 /// made up for: the next one comes `every` after it.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use conversion_gateway::{Gateway, GatewayConfig, SecretHasher, Stores};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let gateway = Arc::new(Gateway::new(GatewayConfig::new("http://127.0.0.1:8080"), Stores::in_memory(), SecretHasher::new([7; 32])));
+/// use conversion_gateway::{PURGE_EVERY, purge_every};
+///
+/// let purge = tokio::spawn(purge_every(gateway.clone(), PURGE_EVERY));
+/// // ... serve ...
+/// purge.abort();
+/// # }
+/// ```
 ///
 /// # Panics
 ///

@@ -1,17 +1,6 @@
 //! `GET /metrics` in the Prometheus text format (feature `prometheus`):
 //! the recorder of the library's [`metrics`](crate::metrics) calls, its
 //! upkeep task, and the route.
-//!
-//! ```no_run
-//! use conversion_gateway::axum::{METRICS_UPKEEP_EVERY, PrometheusMetrics, metrics_router};
-//! # fn main() -> Result<(), conversion_gateway::axum::MetricsError> {
-//! // Before the gateway is built: it registers its series at zero.
-//! let metrics = PrometheusMetrics::install()?;
-//! tokio::spawn(metrics.clone().upkeep(METRICS_UPKEEP_EVERY));
-//! let routes: axum::Router = metrics_router(metrics);
-//! # Ok(())
-//! # }
-//! ```
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -34,6 +23,17 @@ pub const METRICS_UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The process's Prometheus recorder of the library's figures, and what
 /// renders them. Cheap to clone.
+///
+/// ```no_run
+/// use conversion_gateway::axum::{METRICS_UPKEEP_EVERY, PrometheusMetrics, metrics_router};
+/// # fn main() -> Result<(), conversion_gateway::axum::MetricsError> {
+/// // Before the gateway is built: it registers its series at zero.
+/// let metrics = PrometheusMetrics::install()?;
+/// tokio::spawn(metrics.clone().upkeep(METRICS_UPKEEP_EVERY));
+/// let routes: axum::Router = metrics_router(metrics);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct PrometheusMetrics {
     handle: PrometheusHandle,
