@@ -23,10 +23,11 @@
 //!   the request parts an adapter extracted ([`RequestParts`]) and returns a
 //!   typed result, which [`Gateway::answer`] turns into an [`HttpAnswer`]
 //!   (status, headers, JSON). The optional `axum` feature (module `axum`)
-//!   serves every JSON route as one router, and the dialog's and account's
-//!   pages (`axum::pages`); the `http` feature converts to and from the
-//!   `http` crate's types. The `server/` package is the complete service on
-//!   axum; `examples/hyper_adapter.rs` shows another stack.
+//!   serves every JSON route as one router, the dialog's and account's
+//!   pages (`axum::pages`), the operator's routes and an accept loop a host
+//!   may use; the `http` feature converts to and from the `http` crate's
+//!   types. The `server/` package is the complete service on axum;
+//!   `examples/hyper_adapter.rs` shows another stack.
 //! - No framework in sign-in and consent either: [`PageFlows`] decides who
 //!   is signed in (our form with [`LoginThrottle`] and a
 //!   [`PasswordVerifier`], or the host's own session through
@@ -168,6 +169,7 @@ pub use records::tokens::{
 // The service: construction, and one method per endpoint.
 mod gateway;
 pub mod metrics;
+pub use gateway::open::{OpenStoreError, OpenedStore, StoreUrl, StoreUrlError};
 pub use gateway::operations::{PurgeReport, Readiness};
 pub use gateway::{Gateway, Stores};
 
@@ -246,6 +248,12 @@ pub use store::{
     AccountStore, ApiKeyStore, ClientRegistry, CodeLookup, CodeTake, EventSink, Rotation,
     TokenStore,
 };
+
+// Tasks a host spawns on tokio: the only code here that waits on a timer.
+#[cfg(feature = "tasks")]
+mod tasks;
+#[cfg(feature = "tasks")]
+pub use tasks::{PURGE_EVERY, purge_every};
 
 // Adapters to the `http` crate's types and to axum.
 #[cfg(feature = "http")]

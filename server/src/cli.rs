@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{Command, CommandFactory as _, FromArgMatches as _, Parser};
-use conversion_gateway::RefreshPolicy;
+use conversion_gateway::axum::ConnectionLimits;
+use conversion_gateway::{RefreshPolicy, StoreUrl};
 
 use crate::limits::LimitSettings;
-use crate::serve::ConnectionLimits;
-use crate::store::StoreChoice;
 
 /// The server's flags.
 #[derive(Parser)]
@@ -37,8 +36,8 @@ pub struct Args {
     #[arg(long, value_name = "URL", value_parser = base_url)]
     pub base_url: Option<String>,
     /// memory | sqlite:PATH | postgres://USER@HOST/DB
-    #[arg(long, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = StoreChoice::parse)]
-    pub store: StoreChoice,
+    #[arg(long, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = store_url)]
+    pub store: StoreUrl,
     /// The server key file (64 hex digits), created if missing. Keep it with
     /// the store: stored tokens and secrets are keyed hashes [default: the
     /// SQLite path and .key; conversion-gateway.key for PostgreSQL]
@@ -211,13 +210,13 @@ impl Args {
     /// `--first-byte-timeout*`, `--header-timeout`, `--max-connections` and
     /// `--shutdown-timeout`.
     pub fn connections(&self) -> ConnectionLimits {
-        ConnectionLimits {
-            header_timeout: self.header_timeout,
-            first_byte_timeout: self.first_byte_timeout,
-            first_byte_timeout_under_pressure: self.first_byte_timeout_under_pressure,
-            max_connections: self.max_connections,
-            shutdown_timeout: self.shutdown_timeout,
-        }
+        let mut limits = ConnectionLimits::default();
+        limits.header_timeout = self.header_timeout;
+        limits.first_byte_timeout = self.first_byte_timeout;
+        limits.first_byte_timeout_under_pressure = self.first_byte_timeout_under_pressure;
+        limits.max_connections = self.max_connections;
+        limits.shutdown_timeout = self.shutdown_timeout;
+        limits
     }
 
     /// Where the demo credentials go: `--demo-credentials`, else beside the
@@ -227,12 +226,12 @@ impl Args {
             return path.clone();
         }
         match &self.store {
-            StoreChoice::Sqlite(database) => {
+            StoreUrl::Sqlite(database) => {
                 let mut path = database.as_os_str().to_owned();
                 path.push(".demo.json");
                 PathBuf::from(path)
             }
-            StoreChoice::Memory | StoreChoice::Postgres(_) => {
+            StoreUrl::Memory | StoreUrl::Postgres(_) => {
                 PathBuf::from("conversion-gateway.demo.json")
             }
         }
@@ -305,6 +304,11 @@ fn events_stream(name: &str) -> Result<String, String> {
             "--events-stream must be letters, digits, _ and -, not {name:?}"
         ))
     }
+}
+
+/// `--store`: memory, sqlite:PATH or postgres://..., in the flag's words.
+pub fn store_url(text: &str) -> Result<StoreUrl, String> {
+    text.parse().map_err(|error| format!("--store {error}"))
 }
 
 #[cfg(test)]

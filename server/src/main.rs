@@ -15,8 +15,7 @@
 //! | `main.rs` | logging, start and shutdown |
 //! | `cli.rs` | the command line: the server's flags, their checks and its help |
 //! | `admin/` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
-//! | `store.rs` | `--store`: memory, SQLite or PostgreSQL |
-//! | `app.rs` | the whole app as one router, with the request log |
+//! | `app.rs` | the whole app as one router |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
 //! | `operating.rs` | `/healthz`, `/readyz`, `/metrics` and its upkeep, request ids |
 //! | `demo.rs` | the demo app, account and API key, and their file |
@@ -27,21 +26,21 @@ mod app;
 mod cli;
 mod demo;
 mod limits;
-mod operating;
-mod serve;
-mod store;
 
 use std::future::Future;
 use std::io::{self, IsTerminal as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use conversion_gateway::axum::pages::PagesState;
+use conversion_gateway::axum::{
+    ConnectionLimits, Drained, METRICS_UPKEEP_EVERY, PrometheusMetrics, metrics_router,
+    with_request_log,
+};
 use conversion_gateway::{
-    Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, OsRandom,
-    PurgeReport, ServerKey, sqlite_files,
+    Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, OpenedStore,
+    OsRandom, ServerKey, StoreUrl, sqlite_files,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -51,10 +50,6 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 use cli::Args;
 use demo::seed_demo;
-use metrics_exporter_prometheus::PrometheusHandle;
-use operating::warn_if_exposed;
-use serve::{ConnectionLimits, Drained};
-use store::{OpenStore, StoreChoice};
 
 /// mimalloc in place of glibc's malloc: fewer system calls as the heap grows
 /// and faster small allocations on the request path (see Cargo.toml).
@@ -139,13 +134,13 @@ async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), Strin
 /// A server ready to serve: its store open, its demo data seeded and its
 /// listener bound.
 struct Started {
-    store: OpenStore,
+    store: OpenedStore,
     listener: TcpListener,
     dialog: PagesState,
     gateway: Arc<Gateway>,
     connections: ConnectionLimits,
     /// Renders the metrics.
-    metrics: PrometheusHandle,
+    metrics: PrometheusMetrics,
     /// `--metrics-listen`'s listener, if any.
     metrics_listener: Option<TcpListener>,
 }
@@ -155,22 +150,28 @@ struct Started {
 async fn start(args: &Args) -> Result<Started, String> {
     // The recorder before the store and the gateway, which register their
     // series at zero: /metrics lists them all before the first request.
-    let metrics = operating::metrics_handle()?;
+    let metrics = PrometheusMetrics::install().map_err(|error| describe(&error))?;
     // The store first: a key file is only created for a store that opens.
-    let store = OpenStore::open(&args.store).await?;
+    let store = args.store.open().await.map_err(|error| describe(&error))?;
     let (key, key_path) = server_key(&args.store, args.key_file.as_deref())?;
     let mut private_files: Vec<PathBuf> = key_path.into_iter().collect();
-    if let StoreChoice::Sqlite(database) = &args.store {
+    if let StoreUrl::Sqlite(database) = &args.store {
         private_files.extend(sqlite_files(database));
     }
     if let Some(path) = &args.resource_servers {
         private_files.push(path.clone());
     }
-    warn_if_exposed(&private_files);
+    for file in conversion_gateway::exposed_files(&private_files) {
+        tracing::warn!(
+            path = %file.path.display(),
+            mode = format_args!("{:o}", file.mode),
+            "users other than the owner may read or write this file: run chmod 600 on it"
+        );
+    }
 
     // Before the listener, whose backlog follows the cap.
-    let connections = serve::fit_open_files(args.connections());
-    let listener = serve::listen(&args.listen, &connections)
+    let connections = conversion_gateway::axum::fit_open_files(args.connections());
+    let listener = conversion_gateway::axum::listen(&args.listen, &connections)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", args.listen))?;
     let address = listener
@@ -268,15 +269,15 @@ impl Started {
     /// Serves until `shutdown` resolves, lets the requests in flight finish
     /// (up to `--shutdown-timeout`), then closes the store.
     async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let purge = tokio::spawn(purge_periodically(self.gateway.clone(), PURGE_EVERY));
-        let upkeep = tokio::spawn(operating::run_metrics_upkeep(
-            self.metrics.clone(),
-            operating::METRICS_UPKEEP_EVERY,
+        let purge = tokio::spawn(conversion_gateway::purge_every(
+            self.gateway.clone(),
+            conversion_gateway::PURGE_EVERY,
         ));
+        let upkeep = tokio::spawn(self.metrics.clone().upkeep(METRICS_UPKEEP_EVERY));
         // /metrics beside the API, or on its own listener.
         let (beside, own) = match self.metrics_listener {
             Some(listener) => {
-                let routes = operating::metrics_routes(self.metrics);
+                let routes: axum::Router = metrics_router(self.metrics);
                 (
                     None,
                     Some(tokio::spawn(
@@ -286,9 +287,9 @@ impl Started {
             }
             None => (Some(self.metrics), None),
         };
-        let drained = serve::serve(
+        let drained = conversion_gateway::axum::serve(
             self.listener,
-            app::logged(app::router(self.gateway.clone(), self.dialog, beside)),
+            with_request_log(app::router(self.gateway.clone(), self.dialog, beside)),
             self.connections,
             shutdown,
         )
@@ -308,32 +309,6 @@ impl Started {
             Drained::Cut(connections) => {
                 tracing::warn!(connections, "stopped; some requests were cut off");
             }
-        }
-    }
-}
-
-/// How often the server purges what expired beyond the retention.
-const PURGE_EVERY: Duration = Duration::from_secs(600);
-
-/// Deletes what expired beyond the gateway's retention now and then every
-/// `every`, until the task is aborted. A failure is logged and retried at
-/// the next tick: an outage only delays the purge.
-async fn purge_periodically(gateway: Arc<Gateway>, every: Duration) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        match gateway.purge_expired().await {
-            Ok(report) if report == PurgeReport::default() => {}
-            Ok(report) => tracing::info!(
-                tokens = report.tokens,
-                idempotency_claims = report.idempotency_claims,
-                "purged expired records"
-            ),
-            Err(error) => tracing::warn!(
-                error = %describe(&error),
-                "purging expired records failed; trying again at the next interval"
-            ),
         }
     }
 }
@@ -390,7 +365,7 @@ fn shutdown_signal() -> impl Future<Output = ()> {
 /// fresh key for the memory store); and the key file's path, if it came from
 /// one.
 fn server_key(
-    store: &StoreChoice,
+    store: &StoreUrl,
     file: Option<&Path>,
 ) -> Result<(ServerKey, Option<PathBuf>), String> {
     let from_file = |path: &Path| Ok((key_file(path)?, Some(path.to_owned())));
@@ -410,16 +385,16 @@ fn server_key(
         Err(std::env::VarError::NotPresent) => {}
     }
     match store {
-        StoreChoice::Memory => {
+        StoreUrl::Memory => {
             tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
             Ok((ServerKey::generate(&OsRandom), None))
         }
-        StoreChoice::Sqlite(database) => {
+        StoreUrl::Sqlite(database) => {
             let mut path = database.as_os_str().to_owned();
             path.push(".key");
             from_file(Path::new(&path))
         }
-        StoreChoice::Postgres(_) => from_file(Path::new("conversion-gateway.key")),
+        StoreUrl::Postgres(_) => from_file(Path::new("conversion-gateway.key")),
     }
 }
 

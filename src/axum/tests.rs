@@ -267,13 +267,20 @@ async fn json_errors_rewrites_plain_error_answers_and_keeps_the_rest() {
 }
 
 /// An event sink that fails as a bug or a stuck database would: `record`
-/// panics, or never returns.
+/// panics, or never returns; `ready` fails.
 struct BrokenSink {
     hangs: bool,
 }
 
 #[async_trait::async_trait]
 impl crate::store::EventSink for BrokenSink {
+    async fn ready(&self) -> Result<(), crate::store::error::StoreError> {
+        Err(crate::store::error::StoreError::backend(
+            "ping",
+            std::io::Error::other("db.internal:5432 refused the connection"),
+        ))
+    }
+
     async fn record(
         &self,
         _: &crate::records::event::EventSubmission,
@@ -349,4 +356,43 @@ async fn a_request_that_outlasts_the_timeout_is_answered_with_a_json_503() {
     assert_eq!(body["error_type"], "SERVICE_UNAVAILABLE");
     assert_eq!(headers["retry-after"], "1");
     assert!(started.elapsed() >= REQUEST_TIMEOUT);
+}
+
+#[tokio::test]
+async fn healthz_answers_while_the_process_serves() {
+    let gateway = gateway(Arc::new(ManualClock::at_epoch_of_tests()));
+    let request = Request::get("/healthz").body(Body::empty()).unwrap();
+    let (status, headers, body) = send(operations_router(gateway), request).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, json!({ "status": "ok" }));
+    assert_eq!(headers["cache-control"], "no-store");
+}
+
+#[tokio::test]
+async fn readyz_names_every_store_when_all_answer() {
+    let gateway = gateway(Arc::new(ManualClock::at_epoch_of_tests()));
+    let request = Request::get("/readyz").body(Body::empty()).unwrap();
+    let (status, headers, body) = send(operations_router(gateway), request).await;
+    assert_eq!(status, StatusCode::OK);
+    let stores = json!({
+        "tokens": "ok", "clients": "ok", "accounts": "ok", "api_keys": "ok", "events": "ok",
+    });
+    assert_eq!(body, json!({ "status": "ready", "stores": stores }));
+    assert_eq!(headers["cache-control"], "no-store");
+}
+
+#[tokio::test]
+async fn readyz_names_the_store_that_fails_but_never_why() {
+    let mut stores = Stores::in_memory();
+    stores.events = Arc::new(BrokenSink { hangs: false });
+    let gateway = gateway_on(stores, Arc::new(ManualClock::at_epoch_of_tests()));
+    let request = Request::get("/readyz").body(Body::empty()).unwrap();
+    let (status, headers, body) = send(operations_router(gateway), request).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["status"], "unavailable");
+    assert_eq!(body["failed"], json!(["events"]));
+    assert_eq!(body["stores"]["events"], "unavailable");
+    assert_eq!(body["stores"]["tokens"], "ok");
+    assert_eq!(headers["retry-after"], "5");
+    assert!(!body.to_string().contains("db.internal"), "{body}");
 }

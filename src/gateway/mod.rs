@@ -22,11 +22,14 @@
 //! | accounts | `gateway/accounts.rs` | `create_account`, `find_account`, `find_account_by_email` |
 //! | operations | `gateway/operations.rs` | `purge_expired`, `readiness` |
 //!
+//! `gateway/open.rs` opens [`Stores`] from a URL ([`crate::StoreUrl`]).
+//!
 //! The helpers an area's methods share (client authentication in
 //! `oauth/client_auth.rs`, the refresh steps in `oauth/refresh.rs`) are
 //! private to the crate and live with their area too.
 
 mod accounts;
+pub(crate) mod open;
 pub(crate) mod operations;
 
 use std::sync::Arc;

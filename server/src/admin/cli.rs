@@ -6,12 +6,12 @@ use std::path::PathBuf;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{ArgAction, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
-use conversion_gateway::{ApiKeyId, ClientId, GrantId, is_registrable_redirect_uri};
+use conversion_gateway::{ApiKeyId, ClientId, GrantId, StoreUrl, is_registrable_redirect_uri};
 use uuid::Uuid;
 
 use super::Failure;
+use crate::cli::store_url;
 use crate::cli::{hyphen_values, message, print_help};
-use crate::store::StoreChoice;
 
 /// `conversion-gateway admin COMMAND [OPTIONS]`.
 #[derive(Parser)]
@@ -44,8 +44,8 @@ pub struct AdminLine {
     pub command: Command,
     /// sqlite:PATH | postgres://USER@HOST/DB: the server's store. Not memory:
     /// a memory store ends with the command
-    #[arg(long, global = true, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = StoreChoice::parse)]
-    pub store: StoreChoice,
+    #[arg(long, global = true, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = store_url)]
+    pub store: StoreUrl,
     /// The server's key file, found and created if missing as the server does
     /// (else CONVERSION_GATEWAY_KEY, else the SQLite path and .key;
     /// conversion-gateway.key for PostgreSQL). Give the key the server runs

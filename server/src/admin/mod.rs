@@ -23,13 +23,12 @@ use std::process::ExitCode;
 
 use conversion_gateway::{
     Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ConnectedApp,
-    Gateway, GatewayConfig, OsRandom, StoreError,
+    Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
 };
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::store::{OpenStore, StoreChoice};
 use crate::{describe, server_key};
 use cli::{AccountCommand, AdminLine, ApiKeyCommand, ClientCommand, Command, GrantCommand};
 
@@ -64,16 +63,18 @@ pub async fn run(arguments: impl Iterator<Item = OsString>) -> ExitCode {
 /// [`Failure::Invalid`] for the memory store, [`Failure::Failed`] for the
 /// rest.
 async fn execute(line: AdminLine) -> Result<Value, Failure> {
-    if let StoreChoice::Memory = line.store {
+    if let StoreUrl::Memory = line.store {
         return Err(Failure::Invalid(
             "--store memory keeps nothing beyond this command: give the server's \
              store, sqlite:PATH or postgres://..."
                 .into(),
         ));
     }
-    let store = OpenStore::open(&line.store)
+    let store = line
+        .store
+        .open()
         .await
-        .map_err(Failure::Failed)?;
+        .map_err(|error| Failure::Failed(crate::describe(&error)))?;
     let outcome = match server_key(&line.store, line.key_file.as_deref()) {
         Ok((key, _)) => {
             // The base URL only names the realm of HTTP answers, and the

@@ -1,4 +1,5 @@
-//! What the operating system must grant for `--max-connections`: a file
+//! What the operating system must grant for a cap of
+//! [`ConnectionLimits::max_connections`]: a file
 //! descriptor per connection (the open-files limit, `RLIMIT_NOFILE`) and a
 //! listen backlog that absorbs a burst of new connections.
 
@@ -7,7 +8,7 @@ use std::net::SocketAddr;
 
 use tokio::net::{TcpListener, TcpSocket, lookup_host};
 
-use super::ConnectionLimits;
+use crate::axum::serve::limits::ConnectionLimits;
 
 /// File descriptors kept for what is not a client connection: the
 /// listeners, the store's files and connections, the log, the runtime's own
@@ -15,9 +16,13 @@ use super::ConnectionLimits;
 /// room for it.
 const RESERVED_FILES: u64 = 256;
 
-/// `limits` with as many connections as the open-files limit allows, after
-/// raising it (see [`raise_open_files_limit`]); a lower cap is logged as a
-/// warning that says how to raise the limit.
+/// `limits` with as many connections as the open-files limit allows.
+///
+/// On Unix, a soft limit below the cap (plus 256 descriptors for the
+/// listeners, the stores and the runtime) is first raised to the hard
+/// limit, as Go's runtime does at start; it is never lowered. A cap cut to
+/// fit is logged as a warning that says how to raise the hard limit. Call
+/// it once at start, before [`listen`], whose backlog follows the cap.
 pub fn fit_open_files(limits: ConnectionLimits) -> ConnectionLimits {
     let wanted = u64::try_from(limits.max_connections)
         .unwrap_or(u64::MAX)
@@ -27,7 +32,7 @@ pub fn fit_open_files(limits: ConnectionLimits) -> ConnectionLimits {
         tracing::info!(
             from = open_files.before,
             to = open_files.now,
-            "raised the open-files limit for --max-connections"
+            "raised the open-files limit for the connection cap"
         );
     }
     let fitting = connections_within(open_files.now, limits.max_connections);
@@ -37,7 +42,7 @@ pub fn fit_open_files(limits: ConnectionLimits) -> ConnectionLimits {
             asked = limits.max_connections,
             open_files = open_files.now,
             hard_limit = ?open_files.hard,
-            "the open-files limit is too low for --max-connections: serving fewer connections at once; raise the hard limit (ulimit -Hn, or LimitNOFILE= in a systemd unit)"
+            "the open-files limit is too low for the connection cap: serving fewer connections at once; raise the hard limit (ulimit -Hn, or LimitNOFILE= in a systemd unit)"
         );
     }
     ConnectionLimits {
@@ -46,12 +51,14 @@ pub fn fit_open_files(limits: ConnectionLimits) -> ConnectionLimits {
     }
 }
 
-/// The listener for `limits`: `address` bound with a backlog of
-/// [`listen_backlog`].
+/// The listener for `limits`: `address` (a host or IP, and a port) bound
+/// with a listen backlog as long as the connection cap (within 1024 and
+/// 65535), so that a burst of new connections waits in the kernel, not in
+/// refused SYNs.
 ///
 /// # Errors
 ///
-/// As [`bind`].
+/// When the address resolves to nothing, or none of its addresses binds.
 pub async fn listen(address: &str, limits: &ConnectionLimits) -> io::Result<TcpListener> {
     bind(address, listen_backlog(limits.max_connections)).await
 }
