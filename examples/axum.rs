@@ -1,54 +1,86 @@
-//! The whole JSON API of the service on axum, in memory: the token and
-//! revocation endpoints and the three event routes, from the `axum` feature.
-//!
-//! ```text
-//! cargo run --example axum -- 127.0.0.1:8082
-//! curl -X POST "http://127.0.0.1:8082/platform/conversions?api_key=$(cat axum-example.key)" \
-//!   -H 'Content-Type: application/json' \
-//!   -d '{"event_type":"CONVERSION","event_family":"CDP","payload":{"conversion_identifier":"x","email":"a@example.com"}}'
-//! ```
-//!
-//! A host adds its own routes (its dialog pages, its API guarded by
-//! `conversion_gateway::axum::Bearer`) and merges this router into them.
+//! The whole service on axum and SQLite: the JSON routes, the sign-in and
+//! consent dialog, the account's page of connected applications, `/healthz`
+//! and `/readyz`, the request log, the purge, and the hardened accept loop.
+//! `cargo run --example axum -- 127.0.0.1:8082` writes an app, an account
+//! and an API key to try it with to `axum-example.json`. A host merges its
+//! own routes in; one that signs its users in passes `SignInMethod::host`.
 
 use std::io::Write as _;
+use std::path::Path;
 use std::sync::Arc;
 
-use conversion_gateway::{Account, Gateway, GatewayConfig, OsRandom, SecretHasher, Stores};
+use conversion_gateway::axum::pages::{self, PagesState};
+use conversion_gateway::axum::{ConnectionLimits, operations_router, router, with_request_log};
+use conversion_gateway::{
+    Account, Argon2Passwords, Argon2Verifier, ClientRegistration, Gateway, GatewayConfig,
+    HashingLimit, OsRandom, PURGE_EVERY, PageFlows, ServerKey, SignInMethod, StoreUrl, SystemClock,
+    ThrottleLimits, purge_every, random_token,
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let listen = std::env::args().nth(1);
-    let listener =
-        tokio::net::TcpListener::bind(listen.as_deref().unwrap_or("127.0.0.1:8082")).await?;
+    let address = std::env::args().nth(1).unwrap_or("127.0.0.1:8082".into());
+    let store = "sqlite:axum-example.db".parse::<StoreUrl>()?.open().await?;
+    // Every stored secret is a keyed hash: the key lives as long as the store.
+    let (key, _) = ServerKey::load_or_create(Path::new("axum-example.db.key"), &OsRandom)?;
+    let limits = conversion_gateway::axum::fit_open_files(ConnectionLimits::default());
+    let listener = conversion_gateway::axum::listen(&address, &limits).await?;
+    let base_url = format!("http://{}", listener.local_addr()?);
     let gateway = Arc::new(Gateway::new(
-        GatewayConfig::new(format!("http://{}", listener.local_addr()?)),
-        Stores::in_memory(),
-        SecretHasher::generate(&OsRandom),
+        GatewayConfig::new(base_url.as_str()),
+        store.stores(),
+        key.hasher(),
     ));
 
-    // An account and an API key to try the conversion route with. The key
-    // is a secret: it goes to a file only this user can read, never the log.
-    let account = Account::new("Demo Account", "demo@example.com", &OsRandom);
-    gateway.create_account(&account).await?;
-    let (_, api_key) = gateway.issue_api_key(account.id, "demo").await?;
-    let mut file = private_file("axum-example.key")?;
-    file.write_all(api_key.expose().as_bytes())?;
-    println!(
-        "listening on {}; API key in axum-example.key",
-        gateway.config().base_url
+    // Our sign-in form: Argon2id, one check per core, failures throttled.
+    let passwords = Argon2Passwords::recommended();
+    seed(&gateway, &passwords).await?;
+    let sign_in = SignInMethod::form(
+        Argon2Verifier::new(passwords, HashingLimit::per_core()),
+        ThrottleLimits::default(),
     );
+    let flows = PageFlows::new(gateway.clone(), &key, sign_in, Arc::new(SystemClock));
 
-    let app = conversion_gateway::axum::router(gateway);
-    axum::serve(listener, app).await?;
+    let app = router(gateway.clone())
+        .merge(pages::routes(PagesState::new(flows)))
+        .merge(operations_router(gateway.clone()));
+    let purge = tokio::spawn(purge_every(gateway, PURGE_EVERY));
+    println!("listening on {base_url}; credentials in axum-example.json");
+    let shutdown = async { tokio::signal::ctrl_c().await.unwrap_or_default() };
+    conversion_gateway::axum::serve(listener, with_request_log(app), limits, shutdown).await;
+    purge.abort();
+    store.close().await;
     Ok(())
 }
 
-/// A new file that only its owner can read (mode 0600 on Unix).
-fn private_file(path: &str) -> std::io::Result<std::fs::File> {
+/// An app, an account with a password and an API key, on the first start;
+/// their secrets go to a file only this user can read, never to the log.
+async fn seed(
+    gateway: &Gateway,
+    passwords: &Argon2Passwords,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if gateway
+        .find_account_by_email("owner@example.com")
+        .await?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let password = random_token(&OsRandom, 18);
+    let mut account = Account::new("Example Account", "owner@example.com", &OsRandom);
+    account.password_hash = Some(passwords.hash(&password));
+    gateway.create_account(&account).await?;
+    let registration = ClientRegistration::new("Example App", ["http://127.0.0.1:9/callback"]);
+    let (app, secret) = gateway.register_client(registration).await?;
+    let (_, api_key) = gateway.issue_api_key(account.id, "example").await?;
+    let credentials = serde_json::json!({
+        "client_id": app.id.to_string(), "client_secret": secret.expose(),
+        "email": account.email, "password": password, "api_key": api_key.expose(),
+    });
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)
+    writeln!(options.open("axum-example.json")?, "{credentials:#}")?;
+    Ok(())
 }
