@@ -3,7 +3,7 @@
 //! contact e-mail, costs the limiter of one instance (README, "Security").
 //!
 //! Run with `cargo bench --bench limiter_memory` (a release build, on the
-//! example server's allocator, mimalloc). It charges `LIMITER_LEADS` leads
+//! service's allocator, mimalloc). It charges `LIMITER_LEADS` leads
 //! (default 1,000,000) as the event routes do, one charge per lead under
 //! keys of the same form (`lead:<account>:<32 hex digits>`), within one
 //! window of the default lead limit (120 per 24 hours), then prints the
@@ -17,7 +17,7 @@ use std::time::Instant;
 use conversion_gateway::{Admission, Charge, Limit, LimitKind, MemoryRateLimiter, RateLimiter};
 use time::{Duration, OffsetDateTime};
 
-/// The example server's allocator, so that the figure is the release
+/// The service's allocator, so that the figure is the release
 /// server's.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,4 +1,4 @@
-//! Follows the feed of recorded events of the example server's store and
+//! Follows the feed of recorded events of the service's store and
 //! prints each event as one JSON line on stdout, resuming after a restart
 //! from the cursor it keeps in a file.
 //!
@@ -23,7 +23,7 @@ use std::time::Duration;
 use conversion_gateway::{EventFeed, FeedCursor};
 
 const USAGE: &str = "\
-Follows the events recorded in the example server's store, in commit order,
+Follows the events recorded in the service's store, in commit order,
 printing each as one JSON line on stdout.
 
 Usage: cargo run --example consumer -- [OPTIONS]

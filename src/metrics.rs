@@ -1,5 +1,5 @@
 //! The service's figures, through the [`metrics`] facade: the host picks
-//! the exporter (the example server serves them in the Prometheus text
+//! the exporter (the service serves them in the Prometheus text
 //! format). Without a recorder installed, every call here is a no-op.
 //!
 //! | name | type | labels | what |

@@ -1,6 +1,6 @@
-//! What idle connections cost the example server, and whether new clients
+//! What idle connections cost the service, and whether new clients
 //! are still served beside them: the figures of the README's Security
-//! section, measured on the release binary (`examples/server`, memory
+//! section, measured on the release binary (`conversion-gateway`, memory
 //! store) on Linux.
 //!
 //! 1. Memory: the server's resident memory (`VmRSS` in `/proc/PID/status`)
@@ -267,7 +267,7 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("start the example server");
+            .expect("start the service");
         let deadline = Instant::now() + Duration::from_secs(30);
         while !demo.is_file() {
             assert!(Instant::now() < deadline, "the server did not start");

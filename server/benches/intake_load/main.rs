@@ -6,8 +6,8 @@
 //!   fresh uuid (the limit of the HTTP layer here), served by this program
 //!   in a process of its own (`--serve-bare`), like the servers it is
 //!   compared with;
-//! - `memory`, `sqlite`, `postgres`, `jetstream`: the example server's
-//!   release binary (`examples/server`) on each store, started through its
+//! - `memory`, `sqlite`, `postgres`, `jetstream`: the service's
+//!   release binary (`conversion-gateway`) on each store, started through its
 //!   command line (`jetstream`: events to NATS JetStream, `--events`).
 //!
 //! Each target first takes a flood of `--warmup` seconds, not measured.
@@ -18,7 +18,7 @@
 //! each target's ratios are also given round by round (each from runs made
 //! one right after the other): their median and range.
 //!
-//! While each example server takes the flood, one client refreshes an OAuth
+//! While each server takes the flood, one client refreshes an OAuth
 //! token over and over (a fresh grant per server, through the sign-in and
 //! consent pages), so the table also shows whether token refresh queues
 //! behind the events (its p99 should stay under 100 ms).
@@ -695,7 +695,7 @@ fn build_release_server() -> PathBuf {
     target.join("release").join("conversion-gateway")
 }
 
-/// Starts the example server on `store`; returns it, its address and the
+/// Starts the service on `store`; returns it, its address and the
 /// demo credentials (API key, app, account).
 fn start_server(
     binary: &PathBuf,
@@ -723,7 +723,7 @@ fn start_server(
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start the example server");
+        .expect("start the service");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !demo.is_file() {
         assert!(
@@ -738,7 +738,7 @@ fn start_server(
 }
 
 /// A schema of its own on the `DATABASE_URL` server: a function that drops
-/// it, and the URL that puts the example server in it.
+/// it, and the URL that puts the service in it.
 fn postgres_store(url: String) -> (Box<dyn FnOnce()>, String) {
     let schema = format!("intake_load_{}", std::process::id());
     run_sql(&url, format!("CREATE SCHEMA {schema}")).expect("create a schema at DATABASE_URL");

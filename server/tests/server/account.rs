@@ -1,5 +1,5 @@
 //! The account's page of connected applications (`/account/apps`) through
-//! the example server's binary on loopback: sign-in, the list, the
+//! the service's binary on loopback: sign-in, the list, the
 //! CSRF-protected disconnect button, and what disconnecting revokes.
 
 use serde_json::json;

@@ -41,7 +41,7 @@ fn admin(args: &[&str]) -> Ran {
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .output()
-        .expect("run the example server's binary");
+        .expect("run the service's binary");
     Ran {
         args: args.iter().map(|arg| (*arg).to_owned()).collect(),
         status: output.status,

@@ -1,8 +1,8 @@
 //! The authorization dialog in a real browser: headless Chromium, driven
-//! through ChromeDriver by fantoccini, signs in to the example server,
+//! through ChromeDriver by fantoccini, signs in to the service,
 //! answers the consent screen, and lands on the app's redirect URI.
 //!
-//! The server is the example binary (`examples/server`) started through its
+//! The server is the service's binary (`conversion-gateway`) started through its
 //! command line on a loopback port, with the memory store
 //! ([`crate::support::Launch`]); the demo credentials come from the file
 //! `--demo-credentials` writes. The demo
@@ -299,7 +299,7 @@ fn query_value(url: &str, name: &str) -> Option<String> {
 
 // --- the harness -------------------------------------------------------------------
 
-/// A scenario's world: the example server, ChromeDriver and a browser
+/// A scenario's world: the service, ChromeDriver and a browser
 /// session, in a temporary directory. [`Harness::run`] closes the session;
 /// then the fields drop in their order: ChromeDriver quits, the server is
 /// killed, and last the directory is removed.

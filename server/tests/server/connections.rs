@@ -1,4 +1,4 @@
-//! The example server's connections through its binary, on loopback: the
+//! The service's connections through its binary, on loopback: the
 //! header timeout, the cap and which connections make room at it, the
 //! first-byte timeout and its shorter value under pressure, thousands of
 //! idle sockets held open while new clients are served, and graceful

@@ -1,4 +1,4 @@
-//! `examples/consumer.rs` following the example server's SQLite store: one
+//! `examples/consumer.rs` following the service's SQLite store: one
 //! JSON line per event, in commit order, resuming from its cursor file.
 
 use std::process::Command;

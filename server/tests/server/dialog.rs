@@ -1,4 +1,4 @@
-//! The dialog's pages through the example server's binary on loopback:
+//! The dialog's pages through the service's binary on loopback:
 //! sign-in, consent, CSRF, cookies, sessions, the refusals a user sees as
 //! pages, and the sign-in throttle by client address.
 

@@ -1,4 +1,4 @@
-//! `--events nats://`: the example server sends events to a JetStream
+//! `--events nats://`: the service sends events to a JetStream
 //! stream while OAuth state, accounts and keys stay in `--store`, and
 //! `examples/consumer.rs --events` follows the stream.
 

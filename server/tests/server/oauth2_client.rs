@@ -1,5 +1,5 @@
 //! A standard OAuth 2.0 client (the `oauth2` crate: form bodies, HTTP Basic)
-//! against the example server's binary on a loopback port: the token
+//! against the service's binary on a loopback port: the token
 //! endpoint serves standard clients as well as the spec's JSON.
 
 use std::time::Duration;

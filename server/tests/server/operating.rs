@@ -1,4 +1,4 @@
-//! Operating the example server: `/healthz`, `/readyz` (which follows the
+//! Operating the service: `/healthz`, `/readyz` (which follows the
 //! store: 503 while PostgreSQL refuses connections, 200 again after),
 //! `/metrics` (values move with requests; no secret, e-mail or key ever
 //! appears), `--metrics-listen`, and `X-Request-Id`.

@@ -1,4 +1,4 @@
-//! The example server's process through its binary and command line: where
+//! The service's process through its binary and command line: where
 //! its files go, what it logs and never logs, its key file and its
 //! permission warnings, its flags, restarts on one SQLite file and the
 //! periodic purge. Its connections are `connections.rs`'s.

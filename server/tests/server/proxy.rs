@@ -1,4 +1,4 @@
-//! A TCP proxy between the example server and a backing service (NATS,
+//! A TCP proxy between the service and a backing service (NATS,
 //! PostgreSQL) that a test can break: cut every connection at once, reset
 //! new ones as they come, or stop listening, as a server that is down does.
 

@@ -1,4 +1,4 @@
-//! The example server's rate-limit flags, through its binary on loopback:
+//! The service's rate-limit flags, through its binary on loopback:
 //! `--limit-per-lead`, `--limit-per-account`, `--limit-per-credential`,
 //! `--rate-limit-store` (two instances sharing one Redis enforce one
 //! limit) and `--rate-limit-failure`.

@@ -1,4 +1,4 @@
-//! The example server as a process (its binary, started with its command
+//! The service as a process (its binary, started with its command
 //! line on a loopback port, killed on drop), an HTTP client for it, and the
 //! answers both harnesses read.
 
@@ -91,7 +91,7 @@ pub struct Demo {
     pub password: String,
 }
 
-/// A running example server, killed when dropped.
+/// A running service, killed when dropped.
 pub struct Server {
     child: Option<Child>,
     /// The address it listens on (from its "listening" log line).
@@ -169,7 +169,7 @@ impl Launch {
         if let Some(cwd) = &self.cwd {
             command.current_dir(cwd);
         }
-        let mut child = command.spawn().expect("start the example server");
+        let mut child = command.spawn().expect("start the service");
         let started = Instant::now();
         let address = loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -216,7 +216,7 @@ impl Launch {
         if let Some(cwd) = &self.cwd {
             command.current_dir(cwd);
         }
-        let mut child = command.spawn().expect("start the example server");
+        let mut child = command.spawn().expect("start the service");
         let status = wait_bounded(&mut child).expect("the server exits on its own");
         let mut stderr = String::new();
         child

@@ -4,7 +4,7 @@
 //!
 //! Worked out once: sorting each event's members took 4% of the
 //! instructions of a whole conversion request on the memory store
-//! (`valgrind --tool=callgrind` on the example server). Only the custom
+//! (`valgrind --tool=callgrind` on the service). Only the custom
 //! fields, which each account names, are still sorted per event.
 
 use std::sync::LazyLock;

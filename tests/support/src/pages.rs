@@ -1,4 +1,4 @@
-//! Reading the example server's HTML pages.
+//! Reading the service's HTML pages.
 
 /// The value of the hidden input `name` in a page (the dialog's `csrf`
 /// and `query` fields).
