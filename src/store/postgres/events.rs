@@ -8,7 +8,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::Connection as _;
 use sqlx::Postgres;
 use sqlx::encode::IsNull;
@@ -16,20 +15,15 @@ use sqlx::error::BoxDynError;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::types::Oid;
 use sqlx::postgres::{PgArgumentBuffer, PgConnection, PgHasArrayType, PgPool, PgTypeInfo};
-use time::OffsetDateTime;
 use tokio::sync::{Mutex, mpsc};
 use uuid::Uuid;
 
-use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
-use crate::store::EventSink;
+use crate::records::event::{EventSubmission, RecordOutcome};
 use crate::store::error::StoreError;
-use crate::store::feed::ForeignCursor;
-use crate::store::feed::{EventFeed, FeedCursor, FeedPage};
 use crate::store::sql::group_commit::{Job, RECORD, answer, answer_error};
-use crate::store::sql::records::{channel_to_text, event_from, replay_or_reuse};
-use crate::store::sql::{self, backend, fails_on_data, find_row, insert_failed, lost_connection};
+use crate::store::sql::records::{channel_to_text, replay_or_reuse};
+use crate::store::sql::{backend, fails_on_data, insert_failed, lost_connection};
 
-use super::PgStore;
 use super::columns::Columns;
 
 /// Records one submission on `conn`, which is inside a transaction (or a
@@ -223,7 +217,7 @@ impl sqlx::Encode<'_, Postgres> for JsonText<'_> {
 }
 
 /// Records one submission in a transaction of its own: one COMMIT per call.
-async fn record_alone(
+pub(super) async fn record_alone(
     pool: &PgPool,
     submission: &EventSubmission,
 ) -> Result<RecordOutcome, StoreError> {
@@ -466,118 +460,4 @@ async fn record_group(
     // Only a committed submission is acknowledged.
     tx.commit().await.map_err(backend(RECORD))?;
     Ok(outcomes)
-}
-
-/// The feed on PostgreSQL: ordered by the id of the transaction that wrote
-/// each event, then by its sequence number, and read only up to the oldest
-/// transaction still running (`pg_snapshot_xmin`): every transaction below
-/// it has committed or rolled back, and every new one gets a larger id, so
-/// no event can ever commit behind a cursor. A transaction left open for
-/// long (an idle session holding one) holds the feed back until it ends.
-#[async_trait]
-impl EventFeed for PgStore {
-    async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
-        const ACTION: &str = "read the event feed";
-        let (tx, seq) = pg_position(cursor)?;
-        let rows = sqlx::query(
-            "SELECT tx_id::text AS tx, feed_seq, event_uuid, account_id, received_at,
-                    event_type, event_family, conversion_identifier, email, payload, channel
-             FROM events
-             WHERE (tx_id, feed_seq) > ($1::text::xid8, $2)
-               AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
-             ORDER BY tx_id, feed_seq
-             LIMIT $3",
-        )
-        .bind(tx.to_string())
-        .bind(seq)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(backend(ACTION))?;
-        let (mut last_tx, mut last_seq) = (tx, seq);
-        let mut events = Vec::with_capacity(rows.len());
-        for row in rows {
-            let columns = Columns::new(row, ACTION);
-            last_tx = columns
-                .get::<String>("tx")?
-                .parse()
-                .map_err(|_| sql::malformed(ACTION, "tx_id"))?;
-            last_seq = columns.get("feed_seq")?;
-            events.push(event_from(&columns)?);
-        }
-        let next = if events.is_empty() {
-            cursor.clone()
-        } else {
-            FeedCursor::new(format!("pg:{last_tx}:{last_seq}"))
-        };
-        Ok(FeedPage::new(events, next))
-    }
-}
-
-/// The transaction id and sequence number in a cursor `pg:TX:SEQ`; the
-/// start is `(0, 0)`.
-fn pg_position(cursor: &FeedCursor) -> Result<(u64, i64), StoreError> {
-    if cursor.is_start() {
-        return Ok((0, 0));
-    }
-    cursor
-        .as_str()
-        .strip_prefix("pg:")
-        .and_then(|rest| rest.split_once(':'))
-        .and_then(|(tx, seq)| Some((tx.parse().ok()?, seq.parse().ok()?)))
-        .ok_or_else(|| StoreError::rejected("read the event feed", ForeignCursor))
-}
-
-#[async_trait]
-impl EventSink for PgStore {
-    async fn ready(&self) -> Result<(), StoreError> {
-        self.ping().await
-    }
-
-    async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
-        match &self.group {
-            Some(queue) => queue.record(submission).await,
-            None => record_alone(&self.pool, submission).await,
-        }
-    }
-
-    async fn check_claim(
-        &self,
-        claim: &IdempotencyClaim,
-    ) -> Result<Option<RecordOutcome>, StoreError> {
-        const ACTION: &str = "check an idempotency claim";
-        let statement = sqlx::query(
-            "SELECT fingerprint, event_uuids, batch_uuid FROM idempotency_claims
-             WHERE account_id = $1 AND scope = $2 AND key = $3 AND expires_at > $4",
-        )
-        .bind(claim.account_id.0)
-        .bind(claim.scope.to_stored())
-        .bind(&claim.key)
-        .bind(claim.created_at);
-        find_row(&self.pool, statement, ACTION, |c| replay_or_reuse(c, claim)).await
-    }
-
-    async fn find_event(&self, event_uuid: Uuid) -> Result<Option<RecordedEvent>, StoreError> {
-        let statement = sqlx::query(
-            "SELECT event_uuid, account_id, received_at, event_type, event_family,
-                    conversion_identifier, email, payload, channel
-             FROM events WHERE event_uuid = $1",
-        )
-        .bind(event_uuid);
-        find_row(&self.pool, statement, "read an event", event_from).await
-    }
-
-    async fn purge_expired_claims(
-        &self,
-        cutoff: OffsetDateTime,
-        limit: usize,
-    ) -> Result<usize, StoreError> {
-        const PURGES: [&str; 1] = [
-            "DELETE FROM idempotency_claims WHERE (account_id, scope, key) IN
-                 (SELECT account_id, scope, key FROM idempotency_claims
-                  WHERE expires_at < $1 LIMIT $2)",
-        ];
-        let action = "purge expired idempotency claims";
-        sql::purge(&self.pool, &PURGES, cutoff, limit, action).await
-    }
 }

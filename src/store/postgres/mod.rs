@@ -42,6 +42,7 @@
 
 mod clients_accounts_keys;
 mod columns;
+mod event_sink;
 mod events;
 mod tokens;
 
