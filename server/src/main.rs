@@ -36,7 +36,7 @@ use std::sync::Arc;
 use conversion_gateway::axum::pages::PagesState;
 use conversion_gateway::axum::{
     ConnectionLimits, Drained, METRICS_UPKEEP_EVERY, PrometheusMetrics, metrics_router,
-    with_request_log,
+    shutdown_signal, with_request_log,
 };
 use conversion_gateway::{
     Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, OpenedStore,
@@ -310,53 +310,6 @@ impl Started {
                 tracing::warn!(connections, "stopped; some requests were cut off");
             }
         }
-    }
-}
-
-/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is
-/// called, not when the future is first polled: the server logs that it
-/// listens before it polls this, and a SIGTERM sent right after that line
-/// must start a graceful shutdown, not kill the process (the default
-/// action of a signal without a handler).
-fn shutdown_signal() -> impl Future<Output = ()> {
-    #[cfg(unix)]
-    let signals = {
-        use tokio::signal::unix::{SignalKind, signal};
-        (
-            signal(SignalKind::interrupt()).ok(),
-            signal(SignalKind::terminate()).ok(),
-        )
-    };
-    async move {
-        #[cfg(unix)]
-        {
-            let (mut interrupt, mut terminate) = signals;
-            let interrupt = async {
-                match interrupt.as_mut() {
-                    Some(signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            let terminate = async {
-                match terminate.as_mut() {
-                    Some(signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                () = interrupt => {}
-                () = terminate => {}
-            }
-        }
-        #[cfg(not(unix))]
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        tracing::info!("shutting down: finishing the requests in flight");
     }
 }
 
