@@ -161,7 +161,7 @@ pub use records::event::{
     RecordOutcome, RecordedEvent,
 };
 pub use records::grant::{Grant, GrantId};
-pub use records::refresh_policy::RefreshPolicy;
+pub use records::refresh_policy::{RefreshPolicy, RefreshPolicyParseError};
 pub use records::tokens::{
     AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
 };
@@ -198,8 +198,10 @@ pub use intake::rate_limit::limit::{Limit, LimitParseError, RateLimits};
 pub use intake::rate_limit::memory::MemoryRateLimiter;
 #[cfg(feature = "redis")]
 pub use intake::rate_limit::redis::RedisRateLimiter;
+pub use intake::rate_limit::url::{OpenRateLimiterError, RateLimiterUrl, RateLimiterUrlError};
 pub use intake::rate_limit::{
-    Admission, Charge, LimitKind, LimiterError, LimiterFailure, RateLimiter,
+    Admission, Charge, LimitKind, LimiterError, LimiterFailure, LimiterFailureParseError,
+    RateLimiter,
 };
 pub use intake::validator::errors::{
     DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,

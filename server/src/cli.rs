@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
@@ -36,7 +37,7 @@ pub struct Args {
     #[arg(long, value_name = "URL", value_parser = base_url)]
     pub base_url: Option<String>,
     /// memory | sqlite:PATH | postgres://USER@HOST/DB
-    #[arg(long, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = store_url)]
+    #[arg(long, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = parsed::<StoreUrl>("--store"))]
     pub store: StoreUrl,
     /// The server key file (64 hex digits), created if missing. Keep it with
     /// the store: stored tokens and secrets are keyed hashes [default: the
@@ -77,7 +78,7 @@ pub struct Args {
     /// successor is used (clients that never store a new refresh token keep
     /// working; clients that do get reuse detection); rotate retires every
     /// token at once; reuse never changes it
-    #[arg(long, value_name = "POLICY", default_value = "adaptive", value_parser = refresh_policy)]
+    #[arg(long, value_name = "POLICY", default_value = "adaptive", value_parser = parsed::<RefreshPolicy>("--refresh-policy"))]
     pub refresh_policy: RefreshPolicy,
     #[command(flatten)]
     pub limits: LimitSettings,
@@ -238,20 +239,6 @@ impl Args {
     }
 }
 
-/// The refresh policy a `--refresh-policy` value names, with the default
-/// grace window of 30 seconds.
-fn refresh_policy(text: &str) -> Result<RefreshPolicy, String> {
-    let grace = RefreshPolicy::default().grace();
-    match text {
-        "adaptive" => Ok(RefreshPolicy::Adaptive { grace }),
-        "rotate" => Ok(RefreshPolicy::Rotate { grace }),
-        "reuse" => Ok(RefreshPolicy::Reuse),
-        _ => Err(format!(
-            "--refresh-policy must be adaptive, rotate or reuse, not {text:?}"
-        )),
-    }
-}
-
 /// A whole number above zero.
 fn positive(flag: &str, text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
@@ -306,9 +293,14 @@ fn events_stream(name: &str) -> Result<String, String> {
     }
 }
 
-/// `--store`: memory, sqlite:PATH or postgres://..., in the flag's words.
-pub fn store_url(text: &str) -> Result<StoreUrl, String> {
-    text.parse().map_err(|error| format!("--store {error}"))
+/// A value of `flag` parsed as a `T`, its error in the flag's words: the
+/// library's errors follow the name of the setting ("--store must be
+/// memory, sqlite:PATH or postgres://..., not ...").
+pub fn parsed<T: FromStr>(flag: &'static str) -> impl Fn(&str) -> Result<T, String> + Clone
+where
+    T::Err: std::fmt::Display,
+{
+    move |text| text.parse().map_err(|error| format!("{flag} {error}"))
 }
 
 #[cfg(test)]

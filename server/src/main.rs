@@ -237,7 +237,7 @@ async fn start(args: &Args) -> Result<Started, String> {
         %base_url,
         store = %args.store,
         events = if args.events.is_some() { "nats" } else { "store" },
-        rate_limits = %args.limits.describe_store(),
+        rate_limits = %args.limits.store,
         max_connections = connections.max_connections,
         "listening"
     );

@@ -10,8 +10,7 @@ use conversion_gateway::{ApiKeyId, ClientId, GrantId, StoreUrl, is_registrable_r
 use uuid::Uuid;
 
 use super::Failure;
-use crate::cli::store_url;
-use crate::cli::{hyphen_values, message, print_help};
+use crate::cli::{hyphen_values, message, parsed, print_help};
 
 /// `conversion-gateway admin COMMAND [OPTIONS]`.
 #[derive(Parser)]
@@ -44,7 +43,7 @@ pub struct AdminLine {
     pub command: Command,
     /// sqlite:PATH | postgres://USER@HOST/DB: the server's store. Not memory:
     /// a memory store ends with the command
-    #[arg(long, global = true, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = store_url)]
+    #[arg(long, global = true, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = parsed::<StoreUrl>("--store"))]
     pub store: StoreUrl,
     /// The server's key file, found and created if missing as the server does
     /// (else CONVERSION_GATEWAY_KEY, else the SQLite path and .key;

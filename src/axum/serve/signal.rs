@@ -61,11 +61,8 @@ mod tests {
         let shutdown = shutdown_signal();
         // The handler is in place already: the signal does not end the
         // test process, and the future sees it once polled.
-        rustix::process::kill_process(
-            rustix::process::getpid(),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
+        rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::TERM)
+            .unwrap();
         tokio::time::timeout(Duration::from_secs(10), shutdown)
             .await
             .expect("the shutdown future resolves on SIGTERM");
