@@ -11,10 +11,11 @@
 //! A host adds its own routes (its dialog pages, its API guarded by
 //! `conversion_gateway::axum::Bearer`) and merges this router into them.
 
-use std::io::Write as _;
 use std::sync::Arc;
 
-use conversion_gateway::{Account, Gateway, GatewayConfig, OsRandom, SecretHasher, Stores};
+use conversion_gateway::{
+    Account, Gateway, GatewayConfig, OsRandom, SecretHasher, Stores, write_private_file,
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,8 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let account = Account::new("Demo Account", "demo@example.com", &OsRandom);
     gateway.create_account(&account).await?;
     let (_, api_key) = gateway.issue_api_key(account.id, "demo").await?;
-    let mut file = private_file("axum-example.key")?;
-    file.write_all(api_key.expose().as_bytes())?;
+    write_private_file("axum-example.key".as_ref(), api_key.expose().as_bytes())?;
     println!(
         "listening on {}; API key in axum-example.key",
         gateway.config().base_url
@@ -42,13 +42,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = conversion_gateway::axum::router(gateway);
     axum::serve(listener, app).await?;
     Ok(())
-}
-
-/// A new file that only its owner can read (mode 0600 on Unix).
-fn private_file(path: &str) -> std::io::Result<std::fs::File> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)
 }

@@ -141,7 +141,7 @@ mod random;
 pub use random::{OsRandom, RandomSource, SeededRandom, random_token, random_uuid};
 
 mod server_key;
-pub use server_key::{ExposedFile, ServerKey, exposed_files, sqlite_files};
+pub use server_key::{ExposedFile, ServerKey, exposed_files, sqlite_files, write_private_file};
 
 mod request;
 pub use request::{ParamsError, RequestParts};
@@ -241,7 +241,7 @@ pub use store::memory::{
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
 };
 #[cfg(feature = "nats")]
-pub use store::nats::{NatsEventSink, NatsOptions};
+pub use store::nats::{NatsEventSink, NatsOptions, StreamNameError};
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PgStore, PgStoreOptions};
 #[cfg(feature = "sqlite")]

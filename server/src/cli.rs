@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{Command, CommandFactory as _, FromArgMatches as _, Parser};
 use conversion_gateway::axum::ConnectionLimits;
-use conversion_gateway::{RefreshPolicy, StoreUrl};
+use conversion_gateway::{NatsOptions, RefreshPolicy, StoreUrl};
 
 use crate::limits::LimitSettings;
 
@@ -89,8 +89,8 @@ pub struct Args {
     #[arg(long, value_name = "nats://HOST:PORT", value_parser = events)]
     pub events: Option<String>,
     /// The JetStream stream
-    #[arg(long, value_name = "NAME", default_value = "CONVERSIONS", value_parser = events_stream)]
-    pub events_stream: String,
+    #[arg(long, value_name = "NAME", default_value = "CONVERSIONS", value_parser = |name: &str| NatsOptions::for_stream(name).map_err(|error| format!("--events-stream {error}")))]
+    pub events_stream: NatsOptions,
     /// A JSON object of ids and secrets: the platform's own services, which
     /// may introspect any token at POST /auth/introspect with HTTP Basic
     /// ID:SECRET (an application sees its own tokens only); keep it readable
@@ -223,19 +223,7 @@ impl Args {
     /// Where the demo credentials go: `--demo-credentials`, else beside the
     /// SQLite database, else the working directory.
     pub fn demo_credentials_path(&self) -> PathBuf {
-        if let Some(path) = &self.demo_credentials {
-            return path.clone();
-        }
-        match &self.store {
-            StoreUrl::Sqlite(database) => {
-                let mut path = database.as_os_str().to_owned();
-                path.push(".demo.json");
-                PathBuf::from(path)
-            }
-            StoreUrl::Memory | StoreUrl::Postgres(_) => {
-                PathBuf::from("conversion-gateway.demo.json")
-            }
-        }
+        (self.demo_credentials.clone()).unwrap_or_else(|| self.store.file_beside(".demo.json"))
     }
 }
 
@@ -275,21 +263,6 @@ fn events(url: &str) -> Result<String, String> {
         Ok(url.to_owned())
     } else {
         Err(format!("--events must be nats://HOST:PORT, not {url:?}"))
-    }
-}
-
-/// A JetStream stream's name.
-fn events_stream(name: &str) -> Result<String, String> {
-    let valid = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if valid {
-        Ok(name.to_owned())
-    } else {
-        Err(format!(
-            "--events-stream must be letters, digits, _ and -, not {name:?}"
-        ))
     }
 }
 

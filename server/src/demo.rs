@@ -1,6 +1,6 @@
 //! The demo data: an app, an account (with a password) and an API key, so
-//! that a newcomer can try every endpoint at once; and the private file
-//! their credentials are written to (`--demo-credentials`).
+//! that a newcomer can try every endpoint at once, and their credentials as
+//! the JSON written to a private file (`--demo-credentials`).
 //!
 //! Every demo value is drawn from a random source seeded by the server key:
 //! a restart on the same store and key derives the same credentials again,
@@ -11,9 +11,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::io::{self, Write as _};
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
@@ -65,30 +63,6 @@ impl DemoCredentials {
     /// The JSON document `--demo-credentials` writes.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("strings serialize") + "\n"
-    }
-
-    /// Writes [`Self::to_json`] to a file only its owner can read,
-    /// replacing it atomically (a reader never sees half of it).
-    ///
-    /// # Errors
-    /// The file cannot be written.
-    pub fn write_private(&self, path: &Path) -> io::Result<()> {
-        let mut temporary = path.as_os_str().to_owned();
-        temporary.push(".tmp");
-        let temporary = PathBuf::from(temporary);
-        match std::fs::remove_file(&temporary) {
-            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
-            _ => {}
-        }
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&temporary)?;
-        file.write_all(self.to_json().as_bytes())?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&temporary, path)
     }
 }
 

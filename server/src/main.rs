@@ -39,8 +39,8 @@ use conversion_gateway::axum::{
     shutdown_signal, with_request_log,
 };
 use conversion_gateway::{
-    Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, OpenedStore,
-    OsRandom, ServerKey, StoreUrl, sqlite_files,
+    Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, OpenedStore, OsRandom,
+    ServerKey, StoreUrl, write_private_file,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -155,9 +155,7 @@ async fn start(args: &Args) -> Result<Started, String> {
     let store = args.store.open().await.map_err(|error| describe(&error))?;
     let (key, key_path) = server_key(&args.store, args.key_file.as_deref())?;
     let mut private_files: Vec<PathBuf> = key_path.into_iter().collect();
-    if let StoreUrl::Sqlite(database) = &args.store {
-        private_files.extend(sqlite_files(database));
-    }
+    private_files.extend(args.store.private_files());
     if let Some(path) = &args.resource_servers {
         private_files.push(path.clone());
     }
@@ -188,16 +186,8 @@ async fn start(args: &Args) -> Result<Started, String> {
     config.rate_limiter_failure = args.limits.failure;
     let mut stores = store.stores();
     if let Some(url) = &args.events {
-        let mut options = NatsOptions::default();
-        options.stream.clone_from(&args.events_stream);
-        // Subjects named after the stream (`CONVERSIONS` takes
-        // `conversions.>`), so that streams of other deployments on the
-        // same NATS never overlap.
-        options.subject_prefix = args.events_stream.to_lowercase();
-        options.duplicate_window = config
-            .idempotency_retention
-            .try_into()
-            .unwrap_or(options.duplicate_window);
+        let mut options = args.events_stream.clone();
+        options.duplicate_window = config.idempotency_retention.unsigned_abs();
         let sink = NatsEventSink::connect(url, options)
             .await
             .map_err(|error| format!("--events: {}", describe(&error)))?;
@@ -220,7 +210,7 @@ async fn start(args: &Args) -> Result<Started, String> {
     // than a file only its owner can read. The listener is already bound, so
     // a client that waits for this file finds the port open.
     let demo_path = args.demo_credentials_path();
-    demo.write_private(&demo_path).map_err(|error| {
+    write_private_file(&demo_path, demo.to_json().as_bytes()).map_err(|error| {
         format!(
             "cannot write the demo credentials to {} ({error}); pass --demo-credentials PATH to write them elsewhere",
             demo_path.display()
@@ -314,52 +304,39 @@ impl Started {
 }
 
 /// The server key of `store`: `file` (`--key-file`), else
-/// `CONVERSION_GATEWAY_KEY`, else the key file beside the SQLite database (a
-/// fresh key for the memory store); and the key file's path, if it came from
-/// one.
+/// `CONVERSION_GATEWAY_KEY`, else the store's key file (beside the SQLite
+/// database; a fresh key for the memory store); and the key file's path,
+/// if it came from one.
 fn server_key(
     store: &StoreUrl,
     file: Option<&Path>,
 ) -> Result<(ServerKey, Option<PathBuf>), String> {
-    let from_file = |path: &Path| Ok((key_file(path)?, Some(path.to_owned())));
-    if let Some(path) = file {
-        return from_file(path);
+    const INVALID: &str = "CONVERSION_GATEWAY_KEY must be 64 hexadecimal digits";
+    if file.is_none() {
+        match std::env::var("CONVERSION_GATEWAY_KEY") {
+            Ok(hex) => {
+                tracing::info!("server key: from CONVERSION_GATEWAY_KEY");
+                return Ok((ServerKey::from_hex(&hex).ok_or(INVALID)?, None));
+            }
+            Err(std::env::VarError::NotUnicode(_)) => return Err(INVALID.into()),
+            Err(std::env::VarError::NotPresent) => {}
+        }
     }
-    match std::env::var("CONVERSION_GATEWAY_KEY") {
-        Ok(hex) => {
-            tracing::info!("server key: from CONVERSION_GATEWAY_KEY");
-            return ServerKey::from_hex(&hex)
-                .map(|key| (key, None))
-                .ok_or_else(|| "CONVERSION_GATEWAY_KEY must be 64 hexadecimal digits".to_owned());
-        }
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err("CONVERSION_GATEWAY_KEY must be 64 hexadecimal digits".into());
-        }
-        Err(std::env::VarError::NotPresent) => {}
-    }
-    match store {
-        StoreUrl::Memory => {
-            tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
-            Ok((ServerKey::generate(&OsRandom), None))
-        }
-        StoreUrl::Sqlite(database) => {
-            let mut path = database.as_os_str().to_owned();
-            path.push(".key");
-            from_file(Path::new(&path))
-        }
-        StoreUrl::Postgres(_) => from_file(Path::new("conversion-gateway.key")),
-    }
-}
-
-fn key_file(path: &Path) -> Result<ServerKey, String> {
-    let (key, created) = ServerKey::load_or_create(path, &OsRandom)
+    let Some(path) = file
+        .map(Path::to_owned)
+        .or_else(|| store.default_key_file())
+    else {
+        tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
+        return Ok((ServerKey::generate(&OsRandom), None));
+    };
+    let (key, created) = ServerKey::load_or_create(&path, &OsRandom)
         .map_err(|error| format!("cannot use the key file {}: {error}", path.display()))?;
     if created {
         tracing::info!(path = %path.display(), "server key: created a key file; keep it with the store");
     } else {
         tracing::info!(path = %path.display(), "server key: read from the key file");
     }
-    Ok(key)
+    Ok((key, Some(path)))
 }
 
 /// An error and its causes, for a message that says what really failed.
