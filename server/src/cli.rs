@@ -103,36 +103,22 @@ pub struct Args {
     pub metrics_listen: Option<String>,
 }
 
-/// What `--help` says after the flags, around the list of `admin` commands.
+/// What `--help` says after the flags, around the list of `admin` commands:
+/// one line per fact an operator needs at the terminal; the README
+/// (Operating, Fair use, Security) has the rest.
 const NOTES: [&str; 2] = [
     "\
-Operating: GET /healthz answers 200 while the process serves; GET /readyz
-200 when every store answers within 2 s, else 503 naming the stores that did
-not; GET /metrics the Prometheus text format (cg_requests_total,
-cg_events_recorded_total, cg_store_operation_seconds, ...). Every answer
-carries X-Request-Id, also in its log line (a client's own is kept if it is
-1 to 64 letters, digits, -, _ or .).
-
 Operator commands (admin --help tells more), on the store and key given by
 --store and --key-file, each printing one JSON object, the server not started:
 ",
     "
-A request over a limit is answered 429 with Retry-After, RateLimit-Policy and
-RateLimit headers, and nothing of it is recorded; a batch is charged per
-event, all or nothing; an Idempotency-Key replay is not charged again.
-
-Sign-ins are throttled: after 5 failures for one account from one address,
-20 for one account, or 20 from one address within 15 minutes, the sign-in
-form answers 429 until the 15 minutes have passed. At most one password is
-checked per core at a time; a sign-in that waits over 2 s for its turn is
-answered 503.
-
-At start, the server warns about a key file or SQLite database (with its
--wal and -shm files) that users other than its owner can read or write.
-
-Every ten minutes, the server deletes what expired more than 7 days ago:
-authorization codes, access tokens, rotated refresh tokens, the refresh
-tokens of revoked grants and idempotency keys.
+GET /healthz: 200 while serving; GET /readyz: 503 naming a store silent for 2 s.
+GET /metrics: the Prometheus text format; X-Request-Id on every answer and log line.
+Over a limit: 429 with Retry-After, nothing recorded; a batch is all or nothing.
+Sign-ins: 429 for 15 minutes after 5 failures of an account from one address, or 20.
+At start: a warning for a key file or SQLite database others may read or write.
+Every ten minutes: what expired more than 7 days ago is deleted.
+More in README.md: Operating, Fair use, Security.
 
 Environment:
   CONVERSION_GATEWAY_KEY   The server key (64 hex digits), when --key-file is
