@@ -203,7 +203,7 @@ async fn start(args: &Args) -> Result<Started, String> {
     let gateway = Arc::new(gateway);
 
     let passwords = Argon2Passwords::recommended();
-    let demo = seed_demo(&gateway, &stores, &key, &passwords)
+    let demo = seed_demo(&gateway, &key, &passwords)
         .await
         .map_err(|error| format!("cannot seed the demo data: {}", describe(&error)))?;
     // Never to the log: logs are copied, shipped and kept far more widely
