@@ -179,7 +179,9 @@ pub use oauth::bearer::BearerError;
 pub use oauth::client::ClientRegistration;
 pub use oauth::decisions::Caller;
 pub use oauth::dialog::{Approval, AuthorizationRequest, Denial, DialogError};
-pub use oauth::introspection::{ActiveToken, Introspection, TokenKind};
+pub use oauth::introspection::{
+    ActiveToken, Introspection, MIN_RESOURCE_SERVER_SECRET_LEN, ResourceServersError, TokenKind,
+};
 pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp, is_registrable_redirect_uri};
 pub use oauth::metadata::{
     AUTHORIZATION_PATH, AuthorizationServerMetadata, INTROSPECTION_PATH, METADATA_PATH,

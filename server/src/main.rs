@@ -6,20 +6,18 @@
 //! cargo run -p conversion-gateway-server -- admin client create --name "Lead Sync" --redirect-uri https://app.example/cb
 //! ```
 //!
-//! The JSON routes are the library's (`conversion_gateway::axum::router`),
-//! and so are the dialog's and the account's pages
-//! (`conversion_gateway::axum::pages`); the rest is what a host owns:
+//! The routes, the pages, operations, the accept loop, the purge, and the
+//! stores, limiter and key file the flags name are the library's
+//! (`conversion_gateway::axum`); the rest is what a host owns:
 //!
 //! | file | what |
 //! |---|---|
-//! | `main.rs` | logging, start and shutdown |
+//! | `main.rs` | logging, start (store, key, listeners, private files) and shutdown |
 //! | `cli.rs` | the command line: the server's flags, their checks and its help |
 //! | `admin/` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
 //! | `app.rs` | the whole app as one router |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
-//! | `operating.rs` | `/healthz`, `/readyz`, `/metrics` and its upkeep, request ids |
-//! | `demo.rs` | the demo app, account and API key, and their file |
-//! | `serve/` | the connections: the accept loop, its bounds (cap and shedding of idle connections, first-byte and header timeouts, open files), shutdown deadline |
+//! | `demo.rs` | the demo app, account and API key, and their credentials |
 
 mod admin;
 mod app;
@@ -39,8 +37,8 @@ use conversion_gateway::axum::{
     shutdown_signal, with_request_log,
 };
 use conversion_gateway::{
-    Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, OpenedStore, OsRandom,
-    ServerKey, StoreUrl, write_private_file,
+    Argon2Passwords, Gateway, GatewayConfig, NatsEventSink, OpenedStore, OsRandom,
+    ResourceServersError, ServerKey, StoreUrl, write_private_file,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -56,30 +54,6 @@ use demo::seed_demo;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The resource servers of `--resource-servers`: a JSON object of ids and
-/// secrets. The secrets are hashed by the gateway and never logged.
-fn resource_servers(path: &Path) -> Result<Vec<(String, ClientSecret)>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| format!("cannot read --resource-servers {}: {error}", path.display()))?;
-    let servers: std::collections::BTreeMap<String, String> =
-        serde_json::from_str(&text).map_err(|_| {
-            format!(
-                "--resource-servers {} must hold a JSON object of ids and secrets",
-                path.display()
-            )
-        })?;
-    if servers.values().any(|secret| secret.len() < 16) {
-        return Err(format!(
-            "--resource-servers {}: every secret needs at least 16 characters",
-            path.display()
-        ));
-    }
-    Ok(servers
-        .into_iter()
-        .map(|(id, secret)| (id, ClientSecret::new(secret)))
-        .collect())
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let mut arguments = std::env::args_os().peekable();
@@ -93,8 +67,14 @@ async fn main() -> ExitCode {
         Err(status) => return status,
     };
     init_logging();
-    match run(args, shutdown_signal()).await {
-        Ok(()) => ExitCode::SUCCESS,
+    // Before the start's "listening" line, after which a SIGTERM must
+    // drain the server, not kill it.
+    let shutdown = shutdown_signal();
+    match start(&args).await {
+        Ok(started) => {
+            started.serve(shutdown).await;
+            ExitCode::SUCCESS
+        }
         Err(message) => {
             tracing::error!("{message}");
             ExitCode::FAILURE
@@ -122,13 +102,6 @@ fn init_logging() {
         )
         .with(filter)
         .init();
-}
-
-/// The whole life of the server: start, serve until `shutdown` resolves,
-/// drain, close the store.
-async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), String> {
-    start(&args).await?.serve(shutdown).await;
-    Ok(())
 }
 
 /// A server ready to serve: its store open, its demo data seeded and its
@@ -196,9 +169,15 @@ async fn start(args: &Args) -> Result<Started, String> {
     let mut gateway = Gateway::new(config, stores.clone(), key.hasher())
         .with_rate_limiter(args.limits.limiter()?);
     if let Some(path) = &args.resource_servers {
-        for (id, secret) in resource_servers(path)? {
-            gateway = gateway.with_resource_server(id, &secret);
-        }
+        let shown = path.display();
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read --resource-servers {shown}: {error}"))?;
+        gateway = gateway
+            .with_resource_servers_json(&text)
+            .map_err(|error| match error {
+                ResourceServersError::NotAnObject => format!("--resource-servers {shown} {error}"),
+                _ => format!("--resource-servers {shown}: {error}"),
+            })?;
     }
     let gateway = Arc::new(gateway);
 
