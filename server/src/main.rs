@@ -12,15 +12,13 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `main.rs` | logging, start (store, key, listeners, private files) and shutdown |
+//! | `main.rs` | logging, start (store, key, listeners, private files), the routes, shutdown |
 //! | `cli.rs` | the command line: the server's flags, their checks and its help |
 //! | `admin/` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
-//! | `app.rs` | the whole app as one router |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
 //! | `demo.rs` | the demo app, account and API key, and their credentials |
 
 mod admin;
-mod app;
 mod cli;
 mod demo;
 mod limits;
@@ -31,14 +29,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use conversion_gateway::axum::pages::PagesState;
+use conversion_gateway::axum::pages::{self, PagesState};
 use conversion_gateway::axum::{
     ConnectionLimits, Drained, METRICS_UPKEEP_EVERY, PrometheusMetrics, metrics_router,
-    shutdown_signal, with_request_log,
+    operations_router, shutdown_signal, with_request_log,
 };
 use conversion_gateway::{
-    Argon2Passwords, Gateway, GatewayConfig, NatsEventSink, OpenedStore, OsRandom,
-    ResourceServersError, ServerKey, StoreUrl, write_private_file,
+    Argon2Passwords, Argon2Verifier, Gateway, GatewayConfig, HashingLimit, NatsEventSink,
+    OpenedStore, OsRandom, PageFlows, ResourceServersError, ServerKey, SignInMethod, StoreUrl,
+    SystemClock, ThrottleLimits, write_private_file,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -200,7 +199,13 @@ async fn start(args: &Args) -> Result<Started, String> {
         "demo credentials written (client id and secret, API key, e-mail and password)"
     );
 
-    let dialog = app::pages(gateway.clone(), &key, passwords);
+    // Our sign-in form: one password check per core at a time, failures
+    // throttled with the library's defaults, sessions and CSRF tokens keyed
+    // from the server key.
+    let verifier = Argon2Verifier::new(passwords, HashingLimit::per_core());
+    let sign_in = SignInMethod::form(verifier, ThrottleLimits::default());
+    let flows = PageFlows::new(gateway.clone(), &key, sign_in, Arc::new(SystemClock));
+    let dialog = PagesState::new(flows);
     tracing::info!(
         %address,
         %base_url,
@@ -243,22 +248,27 @@ impl Started {
             conversion_gateway::PURGE_EVERY,
         ));
         let upkeep = tokio::spawn(self.metrics.clone().upkeep(METRICS_UPKEEP_EVERY));
-        // /metrics beside the API, or on its own listener.
-        let (beside, own) = match self.metrics_listener {
+        // The library's pages, JSON routes and operator's routes, each
+        // answering its own panics; /metrics beside them, or on its own
+        // listener.
+        let mut app: axum::Router = pages::routes(self.dialog)
+            .merge(conversion_gateway::axum::router(self.gateway.clone()))
+            .merge(operations_router(self.gateway.clone()));
+        let own = match self.metrics_listener {
             Some(listener) => {
                 let routes: axum::Router = metrics_router(self.metrics);
-                (
-                    None,
-                    Some(tokio::spawn(
-                        async move { axum::serve(listener, routes).await },
-                    )),
-                )
+                Some(tokio::spawn(
+                    async move { axum::serve(listener, routes).await },
+                ))
             }
-            None => (Some(self.metrics), None),
+            None => {
+                app = app.merge(metrics_router(self.metrics));
+                None
+            }
         };
         let drained = conversion_gateway::axum::serve(
             self.listener,
-            with_request_log(app::router(self.gateway.clone(), self.dialog, beside)),
+            with_request_log(app),
             self.connections,
             shutdown,
         )
