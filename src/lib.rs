@@ -140,6 +140,9 @@ pub use answer::{AnswerBody, AnswerContext, HttpAnswer, ToHttpAnswer};
 mod random;
 pub use random::{OsRandom, RandomSource, SeededRandom, random_token, random_uuid};
 
+mod error_chain;
+pub use error_chain::ErrorChain;
+
 mod server_key;
 pub use server_key::{ExposedFile, ServerKey, exposed_files, sqlite_files, write_private_file};
 

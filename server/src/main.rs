@@ -35,9 +35,9 @@ use conversion_gateway::axum::{
     operations_router, shutdown_signal, with_request_log,
 };
 use conversion_gateway::{
-    Argon2Passwords, Argon2Verifier, Gateway, GatewayConfig, HashingLimit, NatsEventSink,
-    OpenedStore, OsRandom, PageFlows, ResourceServersError, ServerKey, SignInMethod, StoreUrl,
-    SystemClock, ThrottleLimits, write_private_file,
+    Argon2Passwords, Argon2Verifier, ErrorChain, Gateway, GatewayConfig, HashingLimit,
+    NatsEventSink, OpenedStore, OsRandom, PageFlows, ResourceServersError, ServerKey, SignInMethod,
+    StoreUrl, SystemClock, ThrottleLimits, write_private_file,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -122,9 +122,13 @@ struct Started {
 async fn start(args: &Args) -> Result<Started, String> {
     // The recorder before the store and the gateway, which register their
     // series at zero: /metrics lists them all before the first request.
-    let metrics = PrometheusMetrics::install().map_err(|error| describe(&error))?;
+    let metrics = PrometheusMetrics::install().map_err(|error| ErrorChain(&error).to_string())?;
     // The store first: a key file is only created for a store that opens.
-    let store = args.store.open().await.map_err(|error| describe(&error))?;
+    let store = args
+        .store
+        .open()
+        .await
+        .map_err(|error| ErrorChain(&error).to_string())?;
     let (key, key_path) = server_key(&args.store, args.key_file.as_deref())?;
     let mut private_files: Vec<PathBuf> = key_path.into_iter().collect();
     private_files.extend(args.store.private_files());
@@ -162,7 +166,7 @@ async fn start(args: &Args) -> Result<Started, String> {
         options.duplicate_window = config.idempotency_retention.unsigned_abs();
         let sink = NatsEventSink::connect(url, options)
             .await
-            .map_err(|error| format!("--events: {}", describe(&error)))?;
+            .map_err(|error| format!("--events: {}", ErrorChain(&error)))?;
         stores.events = Arc::new(sink);
     }
     let mut gateway = Gateway::new(config, stores.clone(), key.hasher())
@@ -183,7 +187,7 @@ async fn start(args: &Args) -> Result<Started, String> {
     let passwords = Argon2Passwords::recommended();
     let demo = seed_demo(&gateway, &key, &passwords)
         .await
-        .map_err(|error| format!("cannot seed the demo data: {}", describe(&error)))?;
+        .map_err(|error| format!("cannot seed the demo data: {}", ErrorChain(&error)))?;
     // Never to the log: logs are copied, shipped and kept far more widely
     // than a file only its owner can read. The listener is already bound, so
     // a client that waits for this file finds the port open.
@@ -326,16 +330,4 @@ fn server_key(
         tracing::info!(path = %path.display(), "server key: read from the key file");
     }
     Ok((key, Some(path)))
-}
-
-/// An error and its causes, for a message that says what really failed.
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

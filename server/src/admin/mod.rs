@@ -23,13 +23,13 @@ use std::process::ExitCode;
 
 use conversion_gateway::{
     Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ConnectedApp,
-    Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
+    ErrorChain, Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
 };
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::{describe, server_key};
+use crate::server_key;
 use cli::{AccountCommand, AdminLine, ApiKeyCommand, ClientCommand, Command, GrantCommand};
 
 pub use cli::synopses;
@@ -74,7 +74,7 @@ async fn execute(line: AdminLine) -> Result<Value, Failure> {
         .store
         .open()
         .await
-        .map_err(|error| Failure::Failed(crate::describe(&error)))?;
+        .map_err(|error| Failure::Failed(ErrorChain(&error).to_string()))?;
     let outcome = match server_key(&line.store, line.key_file.as_deref()) {
         Ok((key, _)) => {
             // The base URL only names the realm of HTTP answers, and the
@@ -282,7 +282,7 @@ fn rfc3339(at: OffsetDateTime) -> Result<String, Failure> {
 
 /// The failure of a store operation, `action` (what could not be done).
 fn store_failure(action: &'static str) -> impl FnOnce(StoreError) -> Failure {
-    move |error| Failure::Failed(format!("cannot {action}: {}", describe(&error)))
+    move |error| Failure::Failed(format!("cannot {action}: {}", ErrorChain(&error)))
 }
 
 /// The failure of a change to `client`.
