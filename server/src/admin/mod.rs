@@ -22,12 +22,10 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use conversion_gateway::{
-    Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ConnectedApp,
-    ErrorChain, Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
+    Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ErrorChain,
+    Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
 };
 use serde_json::{Value, json};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::server_key;
 use cli::{AccountCommand, AdminLine, ApiKeyCommand, ClientCommand, Command, GrantCommand};
@@ -195,7 +193,10 @@ impl Command {
                     .connected_apps(account.id)
                     .await
                     .map_err(store_failure("list the grants"))?;
-                let grants = apps.iter().map(grant_json).collect::<Result<Vec<_>, _>>()?;
+                // Fails only for a year outside 0000-9999, which no store holds.
+                let grants = serde_json::to_value(apps).map_err(|error| {
+                    Failure::Failed(format!("cannot write the grants: {error}"))
+                })?;
                 Ok(json!({ "grants": grants }))
             }
             Command::Grant(GrantCommand::Revoke { id: grant }) => {
@@ -259,25 +260,6 @@ async fn account(gateway: &Gateway, email: &str) -> Result<Account, Failure> {
         .await
         .map_err(store_failure("look up the account"))?
         .ok_or_else(|| Failure::Failed(format!("no account has the e-mail {email}")))
-}
-
-/// One connected app as `grants` prints it.
-fn grant_json(app: &ConnectedApp) -> Result<Value, Failure> {
-    let last_refreshed_at = app.last_refreshed_at.map(rfc3339).transpose()?;
-    Ok(json!({
-        "grant_id": app.grant_id.to_string(),
-        "client_id": app.client_id.as_str(),
-        "name": app.name,
-        "authorized_at": rfc3339(app.authorized_at)?,
-        "last_refreshed_at": last_refreshed_at,
-    }))
-}
-
-/// `at` in RFC 3339.
-fn rfc3339(at: OffsetDateTime) -> Result<String, Failure> {
-    // Fails only for a year outside 0000-9999, which no store holds.
-    at.format(&Rfc3339)
-        .map_err(|error| Failure::Failed(format!("cannot write the time {at}: {error}")))
 }
 
 /// The failure of a store operation, `action` (what could not be done).
