@@ -132,7 +132,7 @@ mod clock;
 pub use clock::{Clock, ManualClock, SystemClock};
 
 mod config;
-pub use config::GatewayConfig;
+pub use config::{BaseUrlError, GatewayConfig};
 
 mod answer;
 pub use answer::{AnswerBody, AnswerContext, HttpAnswer, ToHttpAnswer};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{Command, CommandFactory as _, FromArgMatches as _, Parser};
 use conversion_gateway::axum::ConnectionLimits;
-use conversion_gateway::{NatsOptions, RefreshPolicy, StoreUrl};
+use conversion_gateway::{GatewayConfig, NatsOptions, RefreshPolicy, StoreUrl};
 
 use crate::limits::LimitSettings;
 
@@ -34,7 +34,7 @@ pub struct Args {
     pub listen: String,
     /// The service's public base URL, also the realm of its WWW-Authenticate
     /// headers [default: http:// and the address listened on]
-    #[arg(long, value_name = "URL", value_parser = base_url)]
+    #[arg(long, value_name = "URL", value_parser = |text: &str| GatewayConfig::checked_base_url(text).map_err(|error| format!("--base-url {error}")))]
     pub base_url: Option<String>,
     /// memory | sqlite:PATH | postgres://USER@HOST/DB
     #[arg(long, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = parsed::<StoreUrl>("--store"))]
@@ -225,22 +225,6 @@ fn positive(flag: &str, text: &str) -> Result<usize, String> {
 fn seconds(flag: &str, text: &str) -> Result<Duration, String> {
     let seconds = positive(flag, text)?;
     Ok(Duration::from_secs(seconds as u64))
-}
-
-/// A base URL that can be written in a `WWW-Authenticate` realm.
-fn base_url(text: &str) -> Result<String, String> {
-    let url = text.trim_end_matches('/');
-    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
-    let chars_ok = url
-        .chars()
-        .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\');
-    if scheme_ok && chars_ok && !url.ends_with("//") {
-        Ok(url.to_owned())
-    } else {
-        Err(format!(
-            "--base-url must be an http:// or https:// URL, not {text:?}"
-        ))
-    }
 }
 
 /// A NATS address.
