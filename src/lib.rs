@@ -126,7 +126,7 @@
 // Shared types: ids and accounts, secrets, time and randomness, settings,
 // and the HTTP-neutral request and answer.
 mod account;
-pub use account::{Account, AccountId};
+pub use account::{Account, AccountId, EmailError};
 
 mod clock;
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -15,13 +15,13 @@ pub struct LimitSettings {
     /// with s, m or h (20/1m, 120/24h), or off
     // `::std::option::Option`: a value of its own ("off"), not a flag that
     // may be left out, which is what clap makes of a plain `Option`.
-    #[arg(long = "limit-per-lead", value_name = "LIMIT", default_value = "120/24h", value_parser = |text: &str| limit("--limit-per-lead", text))]
+    #[arg(long = "limit-per-lead", value_name = "LIMIT", default_value = "120/24h", value_parser = |text: &str| Limit::parse_or_off(text).map_err(|error| format!("--limit-per-lead: {error}, or off")))]
     per_lead: ::std::option::Option<Limit>,
     /// Events per account on the event routes
-    #[arg(long = "limit-per-account", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| limit("--limit-per-account", text))]
+    #[arg(long = "limit-per-account", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| Limit::parse_or_off(text).map_err(|error| format!("--limit-per-account: {error}, or off")))]
     per_account: ::std::option::Option<Limit>,
     /// Events per API key or per application
-    #[arg(long = "limit-per-credential", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| limit("--limit-per-credential", text))]
+    #[arg(long = "limit-per-credential", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| Limit::parse_or_off(text).map_err(|error| format!("--limit-per-credential: {error}, or off")))]
     per_credential: ::std::option::Option<Limit>,
     /// memory | redis://HOST:PORT: where the counts live; Redis shares them
     /// between instances
@@ -49,17 +49,6 @@ impl LimitSettings {
             .open()
             .map_err(|error| format!("--rate-limit-store: {error}"))
     }
-}
-
-/// `COUNT/PERIOD` (`20/1m`, `120/24h`), or `off`.
-fn limit(flag: &str, value: &str) -> Result<Option<Limit>, String> {
-    if value == "off" {
-        return Ok(None);
-    }
-    value
-        .parse()
-        .map(Some)
-        .map_err(|error| format!("{flag}: {error}, or off"))
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{ArgAction, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
-use conversion_gateway::{ApiKeyId, ClientId, GrantId, StoreUrl, is_registrable_redirect_uri};
+use conversion_gateway::{
+    Account, ApiKeyId, ClientId, GrantId, StoreUrl, is_registrable_redirect_uri,
+};
 use uuid::Uuid;
 
 use super::Failure;
@@ -91,7 +93,7 @@ pub enum AccountCommand {
         #[arg(long, value_name = "NAME", value_parser = name)]
         name: String,
         /// Its login e-mail, stored lowercased
-        #[arg(long, value_name = "EMAIL", value_parser = email)]
+        #[arg(long, value_name = "EMAIL", value_parser = |text: &str| Account::checked_email(text).map_err(|error| format!("--email {error}")))]
         email: String,
     },
 }
@@ -335,22 +337,6 @@ fn name(text: &str) -> Result<String, String> {
     match text.trim() {
         "" => Err("--name must not be blank".into()),
         name => Ok(name.to_owned()),
-    }
-}
-
-/// `text` trimmed, if it looks like an e-mail address: something, `@`,
-/// something, and no space. Only a guard against a swapped `--name` and
-/// `--email`; whether the address works is the account owner's to prove.
-fn email(text: &str) -> Result<String, String> {
-    let address = text.trim();
-    let looks_right = address
-        .split_once('@')
-        .is_some_and(|(local, domain)| !local.is_empty() && !domain.is_empty())
-        && !address.chars().any(char::is_whitespace);
-    if looks_right {
-        Ok(address.to_owned())
-    } else {
-        Err(format!("--email must be an e-mail address, not {text:?}"))
     }
 }
 
