@@ -10,11 +10,9 @@
 
 use std::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use conversion_gateway::{
-    Account, ApiKeyError, ApiKeyRecord, Argon2Passwords, Client, Gateway, RandomSource,
-    SeededRandom, ServerKey, StoreError,
+    Account, ApiKeyError, ApiKeyRecord, Argon2Passwords, Client, Gateway, SeededRandom, ServerKey,
+    StoreError, random_token,
 };
 use serde::Serialize;
 
@@ -95,9 +93,7 @@ pub async fn seed_demo(
     // the credentials of existing stores (then `SeedError::OtherKey`).
     let mut account = Account::new("Demo Account", DEMO_EMAIL, &random);
     account.custom_fields = vec!["plan".into(), "source".into()];
-    let mut password = [0u8; 18];
-    random.fill_bytes(&mut password);
-    let password = format!("demo-{}", URL_SAFE_NO_PAD.encode(password));
+    let password = format!("demo-{}", random_token(&random, 18));
     let (client, client_secret) =
         Client::register("Demo App", vec![DEMO_REDIRECT_URI.into()], &random, &hasher);
     let now = time::OffsetDateTime::now_utc();

@@ -130,11 +130,10 @@ async fn start(args: &Args) -> Result<Started, String> {
         .await
         .map_err(|error| ErrorChain(&error).to_string())?;
     let (key, key_path) = server_key(&args.store, args.key_file.as_deref())?;
-    let mut private_files: Vec<PathBuf> = key_path.into_iter().collect();
-    private_files.extend(args.store.private_files());
-    if let Some(path) = &args.resource_servers {
-        private_files.push(path.clone());
-    }
+    let private_files: Vec<PathBuf> = (key_path.into_iter())
+        .chain(args.store.private_files())
+        .chain(args.resource_servers.clone())
+        .collect();
     for file in conversion_gateway::exposed_files(&private_files) {
         tracing::warn!(
             path = %file.path.display(),

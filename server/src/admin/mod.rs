@@ -22,8 +22,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use conversion_gateway::{
-    Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ErrorChain,
-    Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
+    Account, ApiKeyError, ApiKeyId, Argon2Passwords, ClientId, ClientRegistration,
+    ClientUpdateError, ErrorChain, Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
+    random_token,
 };
 use serde_json::{Value, json};
 
@@ -112,12 +113,10 @@ impl Command {
                 if existing.is_some() {
                     return Err(taken());
                 }
-                let password =
-                    conversion_gateway::random_token(&conversion_gateway::OsRandom, PASSWORD_BYTES);
+                let password = random_token(&OsRandom, PASSWORD_BYTES);
                 // The server checks a sign-in with the parameters written in
                 // the hash, so any would do; these are what it recommends.
-                account.password_hash =
-                    Some(conversion_gateway::Argon2Passwords::recommended().hash(&password));
+                account.password_hash = Some(Argon2Passwords::recommended().hash(&password));
                 match gateway.create_account(&account).await {
                     Ok(()) => {}
                     // Created by someone else since the look-up.
