@@ -166,7 +166,7 @@ mod tests {
         let (record, _) = ApiKeyRecord::issue(account.id, "known", now, &random, &hasher);
         gateway.import_api_key(&record).await.unwrap();
         let listed = gateway.list_api_keys(account.id).await.unwrap();
-        assert_eq!(listed, [record.clone()]);
+        assert_eq!(listed, std::slice::from_ref(&record));
         let again = gateway.import_api_key(&record).await;
         let duplicate = matches!(again, Err(ApiKeyError::Store(StoreError::Duplicate { .. })));
         assert!(duplicate, "{again:?}");
