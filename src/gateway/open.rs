@@ -206,7 +206,7 @@ impl StoreUrl {
     }
 
     /// Where the server key of this store lives unless a host says
-    /// otherwise ([`ServerKey::load_or_create`](crate::ServerKey::load_or_create)
+    /// otherwise ([`ServerKey::load_or_create`](crate::server_key::ServerKey::load_or_create)
     /// reads or creates it): `.key` beside the SQLite database,
     /// `conversion-gateway.key` for PostgreSQL. `None` for the memory
     /// store, which keeps nothing a fresh key could not hash again.

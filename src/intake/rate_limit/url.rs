@@ -1,7 +1,7 @@
 //! A [`RateLimiter`] opened from a URL, as an operator names it in a flag
 //! or a configuration file: `memory` or `redis://...`.
 //!
-//! Like [`StoreUrl`](crate::gateway::open::StoreUrl) for the stores:
+//! Like `StoreUrl` for the stores (the gateway's, a layer above):
 //! parsing is pure and knows Redis whatever the crate's features; opening
 //! it without feature `redis` fails with
 //! [`OpenRateLimiterError::NotBuiltIn`].
