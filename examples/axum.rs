@@ -5,16 +5,17 @@
 //! and an API key to try it with to `axum-example.json`. A host merges its
 //! own routes in; one that signs its users in passes `SignInMethod::host`.
 
-use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
 use conversion_gateway::axum::pages::{self, PagesState};
-use conversion_gateway::axum::{ConnectionLimits, operations_router, router, with_request_log};
+use conversion_gateway::axum::{
+    ConnectionLimits, operations_router, router, shutdown_signal, with_request_log,
+};
 use conversion_gateway::{
     Account, Argon2Passwords, Argon2Verifier, ClientRegistration, Gateway, GatewayConfig,
     HashingLimit, OsRandom, PURGE_EVERY, PageFlows, ServerKey, SignInMethod, StoreUrl, SystemClock,
-    ThrottleLimits, purge_every, random_token,
+    ThrottleLimits, purge_every, random_token, write_private_file,
 };
 
 #[tokio::main]
@@ -45,8 +46,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .merge(pages::routes(PagesState::new(flows)))
         .merge(operations_router(gateway.clone()));
     let purge = tokio::spawn(purge_every(gateway, PURGE_EVERY));
+    let shutdown = shutdown_signal(); // Ctrl-C or SIGTERM, handled from here on.
     println!("listening on {base_url}; credentials in axum-example.json");
-    let shutdown = async { tokio::signal::ctrl_c().await.unwrap_or_default() };
     conversion_gateway::axum::serve(listener, with_request_log(app), limits, shutdown).await;
     purge.abort();
     store.close().await;
@@ -77,10 +78,9 @@ async fn seed(
         "client_id": app.id.to_string(), "client_secret": secret.expose(),
         "email": account.email, "password": password, "api_key": api_key.expose(),
     });
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    writeln!(options.open("axum-example.json")?, "{credentials:#}")?;
+    write_private_file(
+        "axum-example.json".as_ref(),
+        format!("{credentials:#}\n").as_bytes(),
+    )?;
     Ok(())
 }

@@ -60,6 +60,39 @@ impl Account {
             custom_fields: Vec::new(),
         }
     }
+
+    /// `text` trimmed, if it looks like a login e-mail: something, `@`,
+    /// something, and no whitespace. Only a guard against a name or other
+    /// value given in its place (an operator's swapped flags); whether the
+    /// address works is its owner's to prove.
+    ///
+    /// # Errors
+    /// [`EmailError`] for anything else.
+    pub fn checked_email(text: &str) -> Result<String, EmailError> {
+        let address = text.trim();
+        let looks_right = address
+            .split_once('@')
+            .is_some_and(|(local, domain)| !local.is_empty() && !domain.is_empty())
+            && !address.chars().any(char::is_whitespace);
+        if looks_right {
+            Ok(address.to_owned())
+        } else {
+            Err(EmailError {
+                text: text.to_owned(),
+            })
+        }
+    }
+}
+
+/// Text that [`Account::checked_email`] refused.
+///
+/// Its message follows the name of the setting, as in
+/// `format!("--email {error}")`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("must be an e-mail address, not {text:?}")]
+pub struct EmailError {
+    /// The text given.
+    pub text: String,
 }
 
 #[cfg(test)]
@@ -74,5 +107,26 @@ mod tests {
         let printed = format!("{account:?}");
         assert!(!printed.contains("argon2"));
         assert_eq!(account.email, "owner@example.com");
+    }
+
+    #[test]
+    fn a_login_email_needs_something_on_each_side_of_an_at_and_no_space() {
+        assert_eq!(
+            Account::checked_email(" Owner@Example.com "),
+            Ok("Owner@Example.com".to_owned())
+        );
+        for bad in [
+            "",
+            "Acme Inc",
+            "@example.com",
+            "owner@",
+            "ow ner@example.com",
+        ] {
+            let error = Account::checked_email(bad).unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("must be an e-mail address, not {bad:?}")
+            );
+        }
     }
 }

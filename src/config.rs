@@ -93,11 +93,71 @@ impl GatewayConfig {
     pub fn realm(&self) -> String {
         format!("{}/", self.base_url)
     }
+
+    /// `text` as a [`GatewayConfig::base_url`], without its trailing `/`,
+    /// if it can be one: an `http://` or `https://` URL of printable ASCII
+    /// with no `"` or `\`, so that it can be quoted in a `WWW-Authenticate`
+    /// realm as it is. For a host that takes the base URL from an operator.
+    ///
+    /// # Errors
+    /// [`BaseUrlError`] for anything else.
+    pub fn checked_base_url(text: &str) -> Result<String, BaseUrlError> {
+        let url = text.trim_end_matches('/');
+        let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+        let chars_ok = url
+            .chars()
+            .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\');
+        if scheme_ok && chars_ok && !url.ends_with("//") {
+            Ok(url.to_owned())
+        } else {
+            Err(BaseUrlError {
+                text: text.to_owned(),
+            })
+        }
+    }
+}
+
+/// A base URL that [`GatewayConfig::checked_base_url`] refused.
+///
+/// Its message follows the name of the setting, as in
+/// `format!("--base-url {error}")`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("must be an http:// or https:// URL, not {text:?}")]
+pub struct BaseUrlError {
+    /// The text given.
+    pub text: String,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_base_url_is_http_or_https_and_fits_in_a_quoted_realm() {
+        let checked = GatewayConfig::checked_base_url;
+        assert_eq!(
+            checked("https://api.example.com/"),
+            Ok("https://api.example.com".into())
+        );
+        assert_eq!(
+            checked("http://127.0.0.1:8080"),
+            Ok("http://127.0.0.1:8080".into())
+        );
+        for bad in [
+            "ftp://x",
+            "api.example.com",
+            "https://",
+            "http://a b",
+            "http://a\"x",
+            "http://a\\b",
+        ] {
+            let error = checked(bad).unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("must be an http:// or https:// URL, not {bad:?}")
+            );
+        }
+    }
 
     #[test]
     fn defaults_follow_the_spec() {

@@ -126,13 +126,13 @@
 // Shared types: ids and accounts, secrets, time and randomness, settings,
 // and the HTTP-neutral request and answer.
 mod account;
-pub use account::{Account, AccountId};
+pub use account::{Account, AccountId, EmailError};
 
 mod clock;
 pub use clock::{Clock, ManualClock, SystemClock};
 
 mod config;
-pub use config::GatewayConfig;
+pub use config::{BaseUrlError, GatewayConfig};
 
 mod answer;
 pub use answer::{AnswerBody, AnswerContext, HttpAnswer, ToHttpAnswer};
@@ -140,8 +140,11 @@ pub use answer::{AnswerBody, AnswerContext, HttpAnswer, ToHttpAnswer};
 mod random;
 pub use random::{OsRandom, RandomSource, SeededRandom, random_token, random_uuid};
 
+mod error_chain;
+pub use error_chain::ErrorChain;
+
 mod server_key;
-pub use server_key::{ExposedFile, ServerKey, exposed_files, sqlite_files};
+pub use server_key::{ExposedFile, ServerKey, exposed_files, sqlite_files, write_private_file};
 
 mod request;
 pub use request::{ParamsError, RequestParts};
@@ -161,7 +164,7 @@ pub use records::event::{
     RecordOutcome, RecordedEvent,
 };
 pub use records::grant::{Grant, GrantId};
-pub use records::refresh_policy::RefreshPolicy;
+pub use records::refresh_policy::{RefreshPolicy, RefreshPolicyParseError};
 pub use records::tokens::{
     AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
 };
@@ -179,7 +182,9 @@ pub use oauth::bearer::BearerError;
 pub use oauth::client::ClientRegistration;
 pub use oauth::decisions::Caller;
 pub use oauth::dialog::{Approval, AuthorizationRequest, Denial, DialogError};
-pub use oauth::introspection::{ActiveToken, Introspection, TokenKind};
+pub use oauth::introspection::{
+    ActiveToken, Introspection, MIN_RESOURCE_SERVER_SECRET_LEN, ResourceServersError, TokenKind,
+};
 pub use oauth::lifecycle::{ClientUpdateError, ConnectedApp, is_registrable_redirect_uri};
 pub use oauth::metadata::{
     AUTHORIZATION_PATH, AuthorizationServerMetadata, INTROSPECTION_PATH, METADATA_PATH,
@@ -198,8 +203,10 @@ pub use intake::rate_limit::limit::{Limit, LimitParseError, RateLimits};
 pub use intake::rate_limit::memory::MemoryRateLimiter;
 #[cfg(feature = "redis")]
 pub use intake::rate_limit::redis::RedisRateLimiter;
+pub use intake::rate_limit::url::{OpenRateLimiterError, RateLimiterUrl, RateLimiterUrlError};
 pub use intake::rate_limit::{
-    Admission, Charge, LimitKind, LimiterError, LimiterFailure, RateLimiter,
+    Admission, Charge, LimitKind, LimiterError, LimiterFailure, LimiterFailureParseError,
+    RateLimiter,
 };
 pub use intake::validator::errors::{
     DataType, ErrorType, FieldError, ValidationErrors, ValidationRules,
@@ -239,7 +246,7 @@ pub use store::memory::{
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
 };
 #[cfg(feature = "nats")]
-pub use store::nats::{NatsEventSink, NatsOptions};
+pub use store::nats::{NatsEventSink, NatsOptions, StreamNameError};
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PgStore, PgStoreOptions};
 #[cfg(feature = "sqlite")]

@@ -1,5 +1,6 @@
 //! The server key and the files that must stay private: the key file is
-//! created readable by its owner only, and [`exposed_files`] finds a key
+//! created readable by its owner only, so is a file written with
+//! [`write_private_file`], and [`exposed_files`] finds a key
 //! file or database that other users may read or write, for the host to
 //! warn about (the library prints nothing).
 
@@ -49,11 +50,7 @@ impl ServerKey {
     /// # Errors
     /// The file cannot be read or created, or does not hold 64 hex digits.
     pub fn load_or_create(path: &Path, random: &dyn RandomSource) -> io::Result<(Self, bool)> {
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        match options.open(path) {
+        match create_private(path) {
             Ok(mut file) => {
                 let key = Self::generate(random);
                 let hex = SecretHash::from_bytes(key.0).to_hex();
@@ -106,6 +103,43 @@ pub(crate) fn mac_bytes(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
         mac.update(part);
     }
     mac.finalize().into_bytes().into()
+}
+
+/// A new file at `path` that only its owner can read or write (mode 0600
+/// on Unix); fails if the file exists.
+fn create_private(path: &Path) -> io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
+/// Writes `contents` to the file at `path`, readable and writable by its
+/// owner only (mode 0600 on Unix), replacing the file atomically: a reader
+/// sees the old contents or the new, never half of them, and never with
+/// wider permissions. For secrets a host hands to a person or a script
+/// (credentials, API keys) in place of its log.
+///
+/// The contents go to a temporary file first (`path` with `.tmp` appended;
+/// a leftover of an earlier attempt is removed), are synced to disk, then
+/// renamed over `path`.
+///
+/// # Errors
+/// The file or its temporary file cannot be written or renamed.
+pub fn write_private_file(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    match std::fs::remove_file(&temporary) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    let mut file = create_private(&temporary)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&temporary, path)
 }
 
 /// The SQLite database at `database` and the files SQLite keeps beside it
@@ -189,6 +223,20 @@ mod tests {
         std::fs::write(&path, "not hex").unwrap();
         let error = ServerKey::load_or_create(&path, &SeededRandom::new(3)).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+    }
+
+    #[test]
+    fn a_private_file_is_replaced_whole_and_stays_private() {
+        let dir = conversion_gateway_testkit::TempDir::new("private-file");
+        let path = dir.path("demo.json");
+        // A leftover temporary file of an interrupted write is no obstacle.
+        std::fs::write(dir.path("demo.json.tmp"), "half").unwrap();
+        write_private_file(&path, b"first").unwrap();
+        write_private_file(&path, b"second").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "second");
+        assert!(!dir.path("demo.json.tmp").exists());
+        #[cfg(unix)]
+        assert_eq!(exposed_files(std::slice::from_ref(&path)), []);
     }
 
     #[cfg(unix)]

@@ -5,13 +5,13 @@
 //! so its decisions stay testable over weeks of manual time. A task here
 //! only says *when* to call the core; what a call does is the core's.
 
-use std::error::Error;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::error_chain::ErrorChain;
 use crate::gateway::Gateway;
 use crate::gateway::operations::PurgeReport;
 
@@ -62,7 +62,7 @@ async fn purge_once(gateway: &Gateway) {
             "purged expired records"
         ),
         Err(error) => tracing::warn!(
-            error = %with_causes(&error),
+            error = %ErrorChain(&error),
             "purging expired records failed; trying again at the next interval"
         ),
     }
@@ -94,19 +94,6 @@ where
         ticks.tick().await;
         task().await;
     }
-}
-
-/// An error and its causes in one line, for a log that says what really
-/// failed (a store error's cause is the database's own message).
-fn with_causes(error: &dyn Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
@@ -194,27 +181,5 @@ mod tests {
         let found = stores.tokens.find_code(&hash).await.unwrap();
         assert_eq!(found, CodeLookup::NotFound);
         purge.abort();
-    }
-
-    #[test]
-    fn a_logged_error_names_its_causes() {
-        let error = Wrapped(std::io::Error::other("connection refused"));
-        assert_eq!(with_causes(&error), "store down: connection refused");
-    }
-
-    /// An error with a source, as a store's is.
-    #[derive(Debug)]
-    struct Wrapped(std::io::Error);
-
-    impl std::fmt::Display for Wrapped {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("store down")
-        }
-    }
-
-    impl Error for Wrapped {
-        fn source(&self) -> Option<&(dyn Error + 'static)> {
-            Some(&self.0)
-        }
     }
 }

@@ -6,12 +6,13 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{Command, CommandFactory as _, FromArgMatches as _, Parser};
 use conversion_gateway::axum::ConnectionLimits;
-use conversion_gateway::{RefreshPolicy, StoreUrl};
+use conversion_gateway::{GatewayConfig, NatsOptions, RefreshPolicy, StoreUrl};
 
 use crate::limits::LimitSettings;
 
@@ -33,10 +34,10 @@ pub struct Args {
     pub listen: String,
     /// The service's public base URL, also the realm of its WWW-Authenticate
     /// headers [default: http:// and the address listened on]
-    #[arg(long, value_name = "URL", value_parser = base_url)]
+    #[arg(long, value_name = "URL", value_parser = |text: &str| GatewayConfig::checked_base_url(text).map_err(|error| format!("--base-url {error}")))]
     pub base_url: Option<String>,
     /// memory | sqlite:PATH | postgres://USER@HOST/DB
-    #[arg(long, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = store_url)]
+    #[arg(long, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = parsed::<StoreUrl>("--store"))]
     pub store: StoreUrl,
     /// The server key file (64 hex digits), created if missing. Keep it with
     /// the store: stored tokens and secrets are keyed hashes [default: the
@@ -77,7 +78,7 @@ pub struct Args {
     /// successor is used (clients that never store a new refresh token keep
     /// working; clients that do get reuse detection); rotate retires every
     /// token at once; reuse never changes it
-    #[arg(long, value_name = "POLICY", default_value = "adaptive", value_parser = refresh_policy)]
+    #[arg(long, value_name = "POLICY", default_value = "adaptive", value_parser = parsed::<RefreshPolicy>("--refresh-policy"))]
     pub refresh_policy: RefreshPolicy,
     #[command(flatten)]
     pub limits: LimitSettings,
@@ -88,8 +89,8 @@ pub struct Args {
     #[arg(long, value_name = "nats://HOST:PORT", value_parser = events)]
     pub events: Option<String>,
     /// The JetStream stream
-    #[arg(long, value_name = "NAME", default_value = "CONVERSIONS", value_parser = events_stream)]
-    pub events_stream: String,
+    #[arg(long, value_name = "NAME", default_value = "CONVERSIONS", value_parser = |name: &str| NatsOptions::for_stream(name).map_err(|error| format!("--events-stream {error}")))]
+    pub events_stream: NatsOptions,
     /// A JSON object of ids and secrets: the platform's own services, which
     /// may introspect any token at POST /auth/introspect with HTTP Basic
     /// ID:SECRET (an application sees its own tokens only); keep it readable
@@ -102,36 +103,22 @@ pub struct Args {
     pub metrics_listen: Option<String>,
 }
 
-/// What `--help` says after the flags, around the list of `admin` commands.
+/// What `--help` says after the flags, around the list of `admin` commands:
+/// one line per fact an operator needs at the terminal; the README
+/// (Operating, Fair use, Security) has the rest.
 const NOTES: [&str; 2] = [
     "\
-Operating: GET /healthz answers 200 while the process serves; GET /readyz
-200 when every store answers within 2 s, else 503 naming the stores that did
-not; GET /metrics the Prometheus text format (cg_requests_total,
-cg_events_recorded_total, cg_store_operation_seconds, ...). Every answer
-carries X-Request-Id, also in its log line (a client's own is kept if it is
-1 to 64 letters, digits, -, _ or .).
-
 Operator commands (admin --help tells more), on the store and key given by
 --store and --key-file, each printing one JSON object, the server not started:
 ",
     "
-A request over a limit is answered 429 with Retry-After, RateLimit-Policy and
-RateLimit headers, and nothing of it is recorded; a batch is charged per
-event, all or nothing; an Idempotency-Key replay is not charged again.
-
-Sign-ins are throttled: after 5 failures for one account from one address,
-20 for one account, or 20 from one address within 15 minutes, the sign-in
-form answers 429 until the 15 minutes have passed. At most one password is
-checked per core at a time; a sign-in that waits over 2 s for its turn is
-answered 503.
-
-At start, the server warns about a key file or SQLite database (with its
--wal and -shm files) that users other than its owner can read or write.
-
-Every ten minutes, the server deletes what expired more than 7 days ago:
-authorization codes, access tokens, rotated refresh tokens, the refresh
-tokens of revoked grants and idempotency keys.
+GET /healthz: 200 while serving; GET /readyz: 503 naming a store silent for 2 s.
+GET /metrics: the Prometheus text format; X-Request-Id on every answer and log line.
+Over a limit: 429 with Retry-After, nothing recorded; a batch is all or nothing.
+Sign-ins: 429 for 15 minutes after 5 failures of an account from one address, or 20.
+At start: a warning for a key file or SQLite database others may read or write.
+Every ten minutes: what expired more than 7 days ago is deleted.
+More in README.md: Operating, Fair use, Security.
 
 Environment:
   CONVERSION_GATEWAY_KEY   The server key (64 hex digits), when --key-file is
@@ -222,33 +209,7 @@ impl Args {
     /// Where the demo credentials go: `--demo-credentials`, else beside the
     /// SQLite database, else the working directory.
     pub fn demo_credentials_path(&self) -> PathBuf {
-        if let Some(path) = &self.demo_credentials {
-            return path.clone();
-        }
-        match &self.store {
-            StoreUrl::Sqlite(database) => {
-                let mut path = database.as_os_str().to_owned();
-                path.push(".demo.json");
-                PathBuf::from(path)
-            }
-            StoreUrl::Memory | StoreUrl::Postgres(_) => {
-                PathBuf::from("conversion-gateway.demo.json")
-            }
-        }
-    }
-}
-
-/// The refresh policy a `--refresh-policy` value names, with the default
-/// grace window of 30 seconds.
-fn refresh_policy(text: &str) -> Result<RefreshPolicy, String> {
-    let grace = RefreshPolicy::default().grace();
-    match text {
-        "adaptive" => Ok(RefreshPolicy::Adaptive { grace }),
-        "rotate" => Ok(RefreshPolicy::Rotate { grace }),
-        "reuse" => Ok(RefreshPolicy::Reuse),
-        _ => Err(format!(
-            "--refresh-policy must be adaptive, rotate or reuse, not {text:?}"
-        )),
+        (self.demo_credentials.clone()).unwrap_or_else(|| self.store.file_beside(".demo.json"))
     }
 }
 
@@ -266,22 +227,6 @@ fn seconds(flag: &str, text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(seconds as u64))
 }
 
-/// A base URL that can be written in a `WWW-Authenticate` realm.
-fn base_url(text: &str) -> Result<String, String> {
-    let url = text.trim_end_matches('/');
-    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
-    let chars_ok = url
-        .chars()
-        .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\');
-    if scheme_ok && chars_ok && !url.ends_with("//") {
-        Ok(url.to_owned())
-    } else {
-        Err(format!(
-            "--base-url must be an http:// or https:// URL, not {text:?}"
-        ))
-    }
-}
-
 /// A NATS address.
 fn events(url: &str) -> Result<String, String> {
     if url.starts_with("nats://") {
@@ -291,24 +236,14 @@ fn events(url: &str) -> Result<String, String> {
     }
 }
 
-/// A JetStream stream's name.
-fn events_stream(name: &str) -> Result<String, String> {
-    let valid = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if valid {
-        Ok(name.to_owned())
-    } else {
-        Err(format!(
-            "--events-stream must be letters, digits, _ and -, not {name:?}"
-        ))
-    }
-}
-
-/// `--store`: memory, sqlite:PATH or postgres://..., in the flag's words.
-pub fn store_url(text: &str) -> Result<StoreUrl, String> {
-    text.parse().map_err(|error| format!("--store {error}"))
+/// A value of `flag` parsed as a `T`, its error in the flag's words: the
+/// library's errors follow the name of the setting ("--store must be
+/// memory, sqlite:PATH or postgres://..., not ...").
+pub fn parsed<T: FromStr>(flag: &'static str) -> impl Fn(&str) -> Result<T, String> + Clone
+where
+    T::Err: std::fmt::Display,
+{
+    move |text| text.parse().map_err(|error| format!("{flag} {error}"))
 }
 
 #[cfg(test)]

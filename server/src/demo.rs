@@ -1,26 +1,18 @@
 //! The demo data: an app, an account (with a password) and an API key, so
-//! that a newcomer can try every endpoint at once; and the private file
-//! their credentials are written to (`--demo-credentials`).
+//! that a newcomer can try every endpoint at once, and their credentials as
+//! the JSON written to a private file (`--demo-credentials`).
 //!
 //! Every demo value is drawn from a random source seeded by the server key:
 //! a restart on the same store and key derives the same credentials again,
 //! and they hash to what the store holds, so no plaintext secret is kept.
-//! The records are stored through the gateway's public API: a gateway whose
-//! random source replays the draws of one record registers exactly that
-//! record.
+//! The derived records are stored through the gateway's public API
+//! (`import_client`, `import_api_key`).
 
-use std::collections::VecDeque;
 use std::fmt;
-use std::io::{self, Write as _};
-use std::ops::Range;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use conversion_gateway::{
-    Account, ApiKeyError, ApiKeyRecord, Argon2Passwords, Client, ClientRegistration, Gateway,
-    RandomSource, SeededRandom, ServerKey, StoreError, Stores,
+    Account, ApiKeyError, ApiKeyRecord, Argon2Passwords, Client, Gateway, SeededRandom, ServerKey,
+    StoreError, random_token,
 };
 use serde::Serialize;
 
@@ -66,30 +58,6 @@ impl DemoCredentials {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("strings serialize") + "\n"
     }
-
-    /// Writes [`Self::to_json`] to a file only its owner can read,
-    /// replacing it atomically (a reader never sees half of it).
-    ///
-    /// # Errors
-    /// The file cannot be written.
-    pub fn write_private(&self, path: &Path) -> io::Result<()> {
-        let mut temporary = path.as_os_str().to_owned();
-        temporary.push(".tmp");
-        let temporary = PathBuf::from(temporary);
-        match std::fs::remove_file(&temporary) {
-            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
-            _ => {}
-        }
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&temporary)?;
-        file.write_all(self.to_json().as_bytes())?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&temporary, path)
-    }
 }
 
 /// Why the demo data could not be seeded.
@@ -109,50 +77,31 @@ pub enum SeedError {
 }
 
 /// Seeds the demo app, account (custom fields `plan` and `source`) and API
-/// key into `stores`, unless they hold them already, and returns their
-/// credentials. `gateway` is the server's gateway over `stores`.
+/// key through `gateway`, unless its stores hold them already, and returns
+/// their credentials.
 ///
 /// # Errors
 /// [`SeedError`].
 pub async fn seed_demo(
     gateway: &Gateway,
-    stores: &Stores,
     key: &ServerKey,
     passwords: &Argon2Passwords,
 ) -> Result<DemoCredentials, SeedError> {
     let hasher = key.hasher();
-    let random = Recorded::new(SeededRandom::from_seed(key.derive(b"demo data")));
+    let random = SeededRandom::from_seed(key.derive(b"demo data"));
     // The order of these draws fixes every demo value: changing it changes
     // the credentials of existing stores (then `SeedError::OtherKey`).
     let mut account = Account::new("Demo Account", DEMO_EMAIL, &random);
     account.custom_fields = vec!["plan".into(), "source".into()];
-    let mut password = [0u8; 18];
-    random.fill_bytes(&mut password);
-    let password = format!("demo-{}", URL_SAFE_NO_PAD.encode(password));
-    let client_draws = random.mark();
+    let password = format!("demo-{}", random_token(&random, 18));
     let (client, client_secret) =
         Client::register("Demo App", vec![DEMO_REDIRECT_URI.into()], &random, &hasher);
-    let key_draws = random.mark();
     let now = time::OffsetDateTime::now_utc();
     let (api_key_record, api_key) = ApiKeyRecord::issue(account.id, "demo", now, &random, &hasher);
-    let end = random.mark();
-    // A gateway over the same stores that draws what `draws` drew.
-    let replaying = |draws: Range<usize>| {
-        Gateway::new(gateway.config().clone(), stores.clone(), key.hasher())
-            .with_random(Arc::new(random.replay(draws)))
-    };
 
     if gateway.find_client(&client.id).await?.is_none() {
-        let registration = ClientRegistration::new("Demo App", [DEMO_REDIRECT_URI]);
-        let registered = replaying(client_draws..key_draws)
-            .register_client(registration)
-            .await;
-        match registered {
-            Ok((registered, _)) => debug_assert_eq!(registered.id, client.id),
-            // Another instance starting on the same shared store.
-            Err(StoreError::Duplicate { .. }) => {}
-            Err(error) => return Err(error.into()),
-        }
+        // Another instance starting on the same shared store may have.
+        ignore_duplicate(gateway.import_client(&client).await)?;
     }
     match gateway.find_account_by_email(DEMO_EMAIL).await? {
         Some(existing) if existing.id == account.id => {}
@@ -171,19 +120,14 @@ pub async fn seed_demo(
             tracing::warn!("the demo API key is switched off in this store");
         }
         Some(_) => {}
-        None => {
-            let issued = replaying(key_draws..end)
-                .issue_api_key(account.id, "demo")
-                .await;
-            match issued {
-                Ok((record, _)) => debug_assert_eq!(record.hash, api_key_record.hash),
-                Err(ApiKeyError::LimitReached { .. }) => return Err(SeedError::TooManyApiKeys),
-                Err(ApiKeyError::Store(error)) => ignore_duplicate(Err(error))?,
-                Err(error) => {
-                    return Err(StoreError::backend("issue the demo API key", error).into());
-                }
+        None => match gateway.import_api_key(&api_key_record).await {
+            Ok(()) => {}
+            Err(ApiKeyError::LimitReached { .. }) => return Err(SeedError::TooManyApiKeys),
+            Err(ApiKeyError::Store(error)) => ignore_duplicate(Err(error))?,
+            Err(error) => {
+                return Err(StoreError::backend("issue the demo API key", error).into());
             }
-        }
+        },
     }
     Ok(DemoCredentials {
         base_url: gateway.config().base_url.clone(),
@@ -202,58 +146,5 @@ fn ignore_duplicate(result: Result<(), StoreError>) -> Result<(), StoreError> {
     match result {
         Err(StoreError::Duplicate { .. }) => Ok(()),
         other => other,
-    }
-}
-
-/// A random source that keeps a copy of each of its draws, to hand them
-/// out again ([`Recorded::replay`]).
-#[derive(Debug)]
-struct Recorded {
-    stream: SeededRandom,
-    draws: Mutex<Vec<Vec<u8>>>,
-}
-
-impl Recorded {
-    fn new(stream: SeededRandom) -> Self {
-        Self {
-            stream,
-            draws: Mutex::default(),
-        }
-    }
-
-    /// How many draws were made so far.
-    fn mark(&self) -> usize {
-        self.draws.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// A source that yields the draws `range` again, in order.
-    fn replay(&self, range: Range<usize>) -> Replay {
-        let draws = self.draws.lock().unwrap_or_else(|e| e.into_inner());
-        Replay(Mutex::new(draws[range].iter().cloned().collect()))
-    }
-}
-
-impl RandomSource for Recorded {
-    fn fill_bytes(&self, dest: &mut [u8]) {
-        self.stream.fill_bytes(dest);
-        let mut draws = self.draws.lock().unwrap_or_else(|e| e.into_inner());
-        draws.push(dest.to_vec());
-    }
-}
-
-/// Recorded draws, yielded again one by one.
-#[derive(Debug)]
-struct Replay(Mutex<VecDeque<Vec<u8>>>);
-
-impl RandomSource for Replay {
-    fn fill_bytes(&self, dest: &mut [u8]) {
-        let draw = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-        // The gateway registers a client and issues a key with the same
-        // constructors as the derivation above, so it asks for the same
-        // draws; anything else is a bug of this file, not of the store.
-        let draw = draw
-            .filter(|draw| draw.len() == dest.len())
-            .expect("the gateway draws what the demo derivation drew");
-        dest.copy_from_slice(&draw);
     }
 }

@@ -4,18 +4,9 @@
 
 use std::sync::Arc;
 
-use conversion_gateway::{
-    Limit, LimiterFailure, MemoryRateLimiter, RateLimiter, RateLimits, RedisRateLimiter,
-};
+use conversion_gateway::{Limit, LimiterFailure, RateLimiter, RateLimiterUrl, RateLimits};
 
-/// Where the counts live.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CountStore {
-    /// In this process: exact for one instance.
-    Memory,
-    /// In a Redis shared by every instance: `redis://HOST:PORT`.
-    Redis(String),
-}
+use crate::cli::parsed;
 
 /// The limits and their counter, as the command line sets them.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
@@ -24,21 +15,21 @@ pub struct LimitSettings {
     /// with s, m or h (20/1m, 120/24h), or off
     // `::std::option::Option`: a value of its own ("off"), not a flag that
     // may be left out, which is what clap makes of a plain `Option`.
-    #[arg(long = "limit-per-lead", value_name = "LIMIT", default_value = "120/24h", value_parser = |text: &str| limit("--limit-per-lead", text))]
+    #[arg(long = "limit-per-lead", value_name = "LIMIT", default_value = "120/24h", value_parser = |text: &str| Limit::parse_or_off(text).map_err(|error| format!("--limit-per-lead: {error}, or off")))]
     per_lead: ::std::option::Option<Limit>,
     /// Events per account on the event routes
-    #[arg(long = "limit-per-account", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| limit("--limit-per-account", text))]
+    #[arg(long = "limit-per-account", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| Limit::parse_or_off(text).map_err(|error| format!("--limit-per-account: {error}, or off")))]
     per_account: ::std::option::Option<Limit>,
     /// Events per API key or per application
-    #[arg(long = "limit-per-credential", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| limit("--limit-per-credential", text))]
+    #[arg(long = "limit-per-credential", value_name = "LIMIT", default_value = "off", value_parser = |text: &str| Limit::parse_or_off(text).map_err(|error| format!("--limit-per-credential: {error}, or off")))]
     per_credential: ::std::option::Option<Limit>,
     /// memory | redis://HOST:PORT: where the counts live; Redis shares them
     /// between instances
-    #[arg(id = "rate_limit_store", long = "rate-limit-store", value_name = "STORE", default_value = "memory", value_parser = count_store)]
-    pub store: CountStore,
+    #[arg(id = "rate_limit_store", long = "rate-limit-store", value_name = "STORE", default_value = "memory", value_parser = parsed::<RateLimiterUrl>("--rate-limit-store"))]
+    pub store: RateLimiterUrl,
     /// open | closed: when Redis does not answer, accept events uncounted, or
     /// refuse them with 503
-    #[arg(id = "rate_limit_failure", long = "rate-limit-failure", value_name = "WHAT", default_value = "open", value_parser = failure)]
+    #[arg(id = "rate_limit_failure", long = "rate-limit-failure", value_name = "WHAT", default_value = "open", value_parser = parsed::<LimiterFailure>("--rate-limit-failure"))]
     pub failure: LimiterFailure,
 }
 
@@ -54,61 +45,9 @@ impl LimitSettings {
 
     /// The limiter that counts.
     pub fn limiter(&self) -> Result<Arc<dyn RateLimiter>, String> {
-        Ok(match &self.store {
-            CountStore::Memory => Arc::new(MemoryRateLimiter::new()),
-            CountStore::Redis(url) => Arc::new(
-                RedisRateLimiter::new(url)
-                    .map_err(|error| format!("--rate-limit-store: {error}"))?,
-            ),
-        })
-    }
-
-    /// Where the counts live, for the start-up log line: the Redis host
-    /// and port, never a password the URL may carry.
-    pub fn describe_store(&self) -> String {
-        match &self.store {
-            CountStore::Memory => "memory".to_owned(),
-            CountStore::Redis(url) => {
-                let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
-                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-                format!("redis://{}", host.split('/').next().unwrap_or_default())
-            }
-        }
-    }
-}
-
-/// `COUNT/PERIOD` (`20/1m`, `120/24h`), or `off`.
-fn limit(flag: &str, value: &str) -> Result<Option<Limit>, String> {
-    if value == "off" {
-        return Ok(None);
-    }
-    value
-        .parse()
-        .map(Some)
-        .map_err(|error| format!("{flag}: {error}, or off"))
-}
-
-/// `memory`, or a Redis address.
-fn count_store(value: &str) -> Result<CountStore, String> {
-    if value == "memory" {
-        Ok(CountStore::Memory)
-    } else if value.starts_with("redis://") || value.starts_with("rediss://") {
-        Ok(CountStore::Redis(value.to_owned()))
-    } else {
-        Err(format!(
-            "--rate-limit-store must be memory or redis://HOST:PORT, not {value:?}"
-        ))
-    }
-}
-
-/// `open` or `closed`.
-fn failure(value: &str) -> Result<LimiterFailure, String> {
-    match value {
-        "open" => Ok(LimiterFailure::Open),
-        "closed" => Ok(LimiterFailure::Closed),
-        _ => Err(format!(
-            "--rate-limit-failure must be open or closed, not {value:?}"
-        )),
+        self.store
+            .open()
+            .map_err(|error| format!("--rate-limit-store: {error}"))
     }
 }
 
@@ -134,7 +73,7 @@ mod tests {
         // The library's defaults, counted in memory, failing open.
         let settings = parse("").unwrap();
         assert_eq!(settings.limits(), RateLimits::default());
-        assert_eq!(settings.store, CountStore::Memory);
+        assert_eq!(settings.store, RateLimiterUrl::Memory);
         assert_eq!(settings.failure, LimiterFailure::Open);
         let settings = parse(
             "--limit-per-lead off --limit-per-account 500/1m --limit-per-credential=20/1m \
@@ -146,7 +85,7 @@ mod tests {
         assert_eq!(limits.per_account, Some("500/1m".parse().unwrap()));
         assert_eq!(limits.per_credential, Some("20/1m".parse().unwrap()));
         assert_eq!(settings.failure, LimiterFailure::Closed);
-        assert_eq!(settings.describe_store(), "redis://127.0.0.1:6379");
+        assert_eq!(settings.store.to_string(), "redis://127.0.0.1:6379");
         for line in [
             "--limit-per-lead 120",
             "--limit-per-lead 120/1d",

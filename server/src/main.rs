@@ -6,23 +6,19 @@
 //! cargo run -p conversion-gateway-server -- admin client create --name "Lead Sync" --redirect-uri https://app.example/cb
 //! ```
 //!
-//! The JSON routes are the library's (`conversion_gateway::axum::router`),
-//! and so are the dialog's and the account's pages
-//! (`conversion_gateway::axum::pages`); the rest is what a host owns:
+//! The routes, the pages, operations, the accept loop, the purge, and the
+//! stores, limiter and key file the flags name are the library's
+//! (`conversion_gateway::axum`); the rest is what a host owns:
 //!
 //! | file | what |
 //! |---|---|
-//! | `main.rs` | logging, start and shutdown |
+//! | `main.rs` | logging, start (store, key, listeners, private files), the routes, shutdown |
 //! | `cli.rs` | the command line: the server's flags, their checks and its help |
 //! | `admin/` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
-//! | `app.rs` | the whole app as one router |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
-//! | `operating.rs` | `/healthz`, `/readyz`, `/metrics` and its upkeep, request ids |
-//! | `demo.rs` | the demo app, account and API key, and their file |
-//! | `serve/` | the connections: the accept loop, its bounds (cap and shedding of idle connections, first-byte and header timeouts, open files), shutdown deadline |
+//! | `demo.rs` | the demo app, account and API key, and their credentials |
 
 mod admin;
-mod app;
 mod cli;
 mod demo;
 mod limits;
@@ -33,14 +29,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use conversion_gateway::axum::pages::PagesState;
+use conversion_gateway::axum::pages::{self, PagesState};
 use conversion_gateway::axum::{
     ConnectionLimits, Drained, METRICS_UPKEEP_EVERY, PrometheusMetrics, metrics_router,
-    with_request_log,
+    operations_router, shutdown_signal, with_request_log,
 };
 use conversion_gateway::{
-    Argon2Passwords, ClientSecret, Gateway, GatewayConfig, NatsEventSink, NatsOptions, OpenedStore,
-    OsRandom, ServerKey, StoreUrl, sqlite_files,
+    Argon2Passwords, Argon2Verifier, ErrorChain, Gateway, GatewayConfig, HashingLimit,
+    NatsEventSink, OpenedStore, OsRandom, PageFlows, ResourceServersError, ServerKey, SignInMethod,
+    StoreUrl, SystemClock, ThrottleLimits, write_private_file,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -56,30 +53,6 @@ use demo::seed_demo;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The resource servers of `--resource-servers`: a JSON object of ids and
-/// secrets. The secrets are hashed by the gateway and never logged.
-fn resource_servers(path: &Path) -> Result<Vec<(String, ClientSecret)>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| format!("cannot read --resource-servers {}: {error}", path.display()))?;
-    let servers: std::collections::BTreeMap<String, String> =
-        serde_json::from_str(&text).map_err(|_| {
-            format!(
-                "--resource-servers {} must hold a JSON object of ids and secrets",
-                path.display()
-            )
-        })?;
-    if servers.values().any(|secret| secret.len() < 16) {
-        return Err(format!(
-            "--resource-servers {}: every secret needs at least 16 characters",
-            path.display()
-        ));
-    }
-    Ok(servers
-        .into_iter()
-        .map(|(id, secret)| (id, ClientSecret::new(secret)))
-        .collect())
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let mut arguments = std::env::args_os().peekable();
@@ -93,8 +66,14 @@ async fn main() -> ExitCode {
         Err(status) => return status,
     };
     init_logging();
-    match run(args, shutdown_signal()).await {
-        Ok(()) => ExitCode::SUCCESS,
+    // Before the start's "listening" line, after which a SIGTERM must
+    // drain the server, not kill it.
+    let shutdown = shutdown_signal();
+    match start(&args).await {
+        Ok(started) => {
+            started.serve(shutdown).await;
+            ExitCode::SUCCESS
+        }
         Err(message) => {
             tracing::error!("{message}");
             ExitCode::FAILURE
@@ -124,13 +103,6 @@ fn init_logging() {
         .init();
 }
 
-/// The whole life of the server: start, serve until `shutdown` resolves,
-/// drain, close the store.
-async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), String> {
-    start(&args).await?.serve(shutdown).await;
-    Ok(())
-}
-
 /// A server ready to serve: its store open, its demo data seeded and its
 /// listener bound.
 struct Started {
@@ -150,17 +122,18 @@ struct Started {
 async fn start(args: &Args) -> Result<Started, String> {
     // The recorder before the store and the gateway, which register their
     // series at zero: /metrics lists them all before the first request.
-    let metrics = PrometheusMetrics::install().map_err(|error| describe(&error))?;
+    let metrics = PrometheusMetrics::install().map_err(|error| ErrorChain(&error).to_string())?;
     // The store first: a key file is only created for a store that opens.
-    let store = args.store.open().await.map_err(|error| describe(&error))?;
+    let store = args
+        .store
+        .open()
+        .await
+        .map_err(|error| ErrorChain(&error).to_string())?;
     let (key, key_path) = server_key(&args.store, args.key_file.as_deref())?;
-    let mut private_files: Vec<PathBuf> = key_path.into_iter().collect();
-    if let StoreUrl::Sqlite(database) = &args.store {
-        private_files.extend(sqlite_files(database));
-    }
-    if let Some(path) = &args.resource_servers {
-        private_files.push(path.clone());
-    }
+    let private_files: Vec<PathBuf> = (key_path.into_iter())
+        .chain(args.store.private_files())
+        .chain(args.resource_servers.clone())
+        .collect();
     for file in conversion_gateway::exposed_files(&private_files) {
         tracing::warn!(
             path = %file.path.display(),
@@ -188,39 +161,37 @@ async fn start(args: &Args) -> Result<Started, String> {
     config.rate_limiter_failure = args.limits.failure;
     let mut stores = store.stores();
     if let Some(url) = &args.events {
-        let mut options = NatsOptions::default();
-        options.stream.clone_from(&args.events_stream);
-        // Subjects named after the stream (`CONVERSIONS` takes
-        // `conversions.>`), so that streams of other deployments on the
-        // same NATS never overlap.
-        options.subject_prefix = args.events_stream.to_lowercase();
-        options.duplicate_window = config
-            .idempotency_retention
-            .try_into()
-            .unwrap_or(options.duplicate_window);
+        let mut options = args.events_stream.clone();
+        options.duplicate_window = config.idempotency_retention.unsigned_abs();
         let sink = NatsEventSink::connect(url, options)
             .await
-            .map_err(|error| format!("--events: {}", describe(&error)))?;
+            .map_err(|error| format!("--events: {}", ErrorChain(&error)))?;
         stores.events = Arc::new(sink);
     }
     let mut gateway = Gateway::new(config, stores.clone(), key.hasher())
         .with_rate_limiter(args.limits.limiter()?);
     if let Some(path) = &args.resource_servers {
-        for (id, secret) in resource_servers(path)? {
-            gateway = gateway.with_resource_server(id, &secret);
-        }
+        let shown = path.display();
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read --resource-servers {shown}: {error}"))?;
+        gateway = gateway
+            .with_resource_servers_json(&text)
+            .map_err(|error| match error {
+                ResourceServersError::NotAnObject => format!("--resource-servers {shown} {error}"),
+                _ => format!("--resource-servers {shown}: {error}"),
+            })?;
     }
     let gateway = Arc::new(gateway);
 
     let passwords = Argon2Passwords::recommended();
-    let demo = seed_demo(&gateway, &stores, &key, &passwords)
+    let demo = seed_demo(&gateway, &key, &passwords)
         .await
-        .map_err(|error| format!("cannot seed the demo data: {}", describe(&error)))?;
+        .map_err(|error| format!("cannot seed the demo data: {}", ErrorChain(&error)))?;
     // Never to the log: logs are copied, shipped and kept far more widely
     // than a file only its owner can read. The listener is already bound, so
     // a client that waits for this file finds the port open.
     let demo_path = args.demo_credentials_path();
-    demo.write_private(&demo_path).map_err(|error| {
+    write_private_file(&demo_path, demo.to_json().as_bytes()).map_err(|error| {
         format!(
             "cannot write the demo credentials to {} ({error}); pass --demo-credentials PATH to write them elsewhere",
             demo_path.display()
@@ -231,13 +202,19 @@ async fn start(args: &Args) -> Result<Started, String> {
         "demo credentials written (client id and secret, API key, e-mail and password)"
     );
 
-    let dialog = app::pages(gateway.clone(), &key, passwords);
+    // Our sign-in form: one password check per core at a time, failures
+    // throttled with the library's defaults, sessions and CSRF tokens keyed
+    // from the server key.
+    let verifier = Argon2Verifier::new(passwords, HashingLimit::per_core());
+    let sign_in = SignInMethod::form(verifier, ThrottleLimits::default());
+    let flows = PageFlows::new(gateway.clone(), &key, sign_in, Arc::new(SystemClock));
+    let dialog = PagesState::new(flows);
     tracing::info!(
         %address,
         %base_url,
         store = %args.store,
         events = if args.events.is_some() { "nats" } else { "store" },
-        rate_limits = %args.limits.describe_store(),
+        rate_limits = %args.limits.store,
         max_connections = connections.max_connections,
         "listening"
     );
@@ -274,22 +251,27 @@ impl Started {
             conversion_gateway::PURGE_EVERY,
         ));
         let upkeep = tokio::spawn(self.metrics.clone().upkeep(METRICS_UPKEEP_EVERY));
-        // /metrics beside the API, or on its own listener.
-        let (beside, own) = match self.metrics_listener {
+        // The library's pages, JSON routes and operator's routes, each
+        // answering its own panics; /metrics beside them, or on its own
+        // listener.
+        let mut app: axum::Router = pages::routes(self.dialog)
+            .merge(conversion_gateway::axum::router(self.gateway.clone()))
+            .merge(operations_router(self.gateway.clone()));
+        let own = match self.metrics_listener {
             Some(listener) => {
                 let routes: axum::Router = metrics_router(self.metrics);
-                (
-                    None,
-                    Some(tokio::spawn(
-                        async move { axum::serve(listener, routes).await },
-                    )),
-                )
+                Some(tokio::spawn(
+                    async move { axum::serve(listener, routes).await },
+                ))
             }
-            None => (Some(self.metrics), None),
+            None => {
+                app = app.merge(metrics_router(self.metrics));
+                None
+            }
         };
         let drained = conversion_gateway::axum::serve(
             self.listener,
-            with_request_log(app::router(self.gateway.clone(), self.dialog, beside)),
+            with_request_log(app),
             self.connections,
             shutdown,
         )
@@ -313,110 +295,38 @@ impl Started {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is
-/// called, not when the future is first polled: the server logs that it
-/// listens before it polls this, and a SIGTERM sent right after that line
-/// must start a graceful shutdown, not kill the process (the default
-/// action of a signal without a handler).
-fn shutdown_signal() -> impl Future<Output = ()> {
-    #[cfg(unix)]
-    let signals = {
-        use tokio::signal::unix::{SignalKind, signal};
-        (
-            signal(SignalKind::interrupt()).ok(),
-            signal(SignalKind::terminate()).ok(),
-        )
-    };
-    async move {
-        #[cfg(unix)]
-        {
-            let (mut interrupt, mut terminate) = signals;
-            let interrupt = async {
-                match interrupt.as_mut() {
-                    Some(signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            let terminate = async {
-                match terminate.as_mut() {
-                    Some(signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                () = interrupt => {}
-                () = terminate => {}
-            }
-        }
-        #[cfg(not(unix))]
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        tracing::info!("shutting down: finishing the requests in flight");
-    }
-}
-
 /// The server key of `store`: `file` (`--key-file`), else
-/// `CONVERSION_GATEWAY_KEY`, else the key file beside the SQLite database (a
-/// fresh key for the memory store); and the key file's path, if it came from
-/// one.
+/// `CONVERSION_GATEWAY_KEY`, else the store's key file (beside the SQLite
+/// database; a fresh key for the memory store); and the key file's path,
+/// if it came from one.
 fn server_key(
     store: &StoreUrl,
     file: Option<&Path>,
 ) -> Result<(ServerKey, Option<PathBuf>), String> {
-    let from_file = |path: &Path| Ok((key_file(path)?, Some(path.to_owned())));
-    if let Some(path) = file {
-        return from_file(path);
+    const INVALID: &str = "CONVERSION_GATEWAY_KEY must be 64 hexadecimal digits";
+    if file.is_none() {
+        match std::env::var("CONVERSION_GATEWAY_KEY") {
+            Ok(hex) => {
+                tracing::info!("server key: from CONVERSION_GATEWAY_KEY");
+                return Ok((ServerKey::from_hex(&hex).ok_or(INVALID)?, None));
+            }
+            Err(std::env::VarError::NotUnicode(_)) => return Err(INVALID.into()),
+            Err(std::env::VarError::NotPresent) => {}
+        }
     }
-    match std::env::var("CONVERSION_GATEWAY_KEY") {
-        Ok(hex) => {
-            tracing::info!("server key: from CONVERSION_GATEWAY_KEY");
-            return ServerKey::from_hex(&hex)
-                .map(|key| (key, None))
-                .ok_or_else(|| "CONVERSION_GATEWAY_KEY must be 64 hexadecimal digits".to_owned());
-        }
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err("CONVERSION_GATEWAY_KEY must be 64 hexadecimal digits".into());
-        }
-        Err(std::env::VarError::NotPresent) => {}
-    }
-    match store {
-        StoreUrl::Memory => {
-            tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
-            Ok((ServerKey::generate(&OsRandom), None))
-        }
-        StoreUrl::Sqlite(database) => {
-            let mut path = database.as_os_str().to_owned();
-            path.push(".key");
-            from_file(Path::new(&path))
-        }
-        StoreUrl::Postgres(_) => from_file(Path::new("conversion-gateway.key")),
-    }
-}
-
-fn key_file(path: &Path) -> Result<ServerKey, String> {
-    let (key, created) = ServerKey::load_or_create(path, &OsRandom)
+    let Some(path) = file
+        .map(Path::to_owned)
+        .or_else(|| store.default_key_file())
+    else {
+        tracing::info!("server key: a fresh one (the memory store keeps nothing anyway)");
+        return Ok((ServerKey::generate(&OsRandom), None));
+    };
+    let (key, created) = ServerKey::load_or_create(&path, &OsRandom)
         .map_err(|error| format!("cannot use the key file {}: {error}", path.display()))?;
     if created {
         tracing::info!(path = %path.display(), "server key: created a key file; keep it with the store");
     } else {
         tracing::info!(path = %path.display(), "server key: read from the key file");
     }
-    Ok(key)
-}
-
-/// An error and its causes, for a message that says what really failed.
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    Ok((key, Some(path)))
 }

@@ -5,7 +5,8 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use conversion_gateway::axum::{
-//!     ConnectionLimits, fit_open_files, listen, operations_router, router, serve, with_request_log,
+//!     ConnectionLimits, fit_open_files, listen, operations_router, router, serve, shutdown_signal,
+//!     with_request_log,
 //! };
 //! use conversion_gateway::{Gateway, GatewayConfig, PURGE_EVERY, SecretHasher, StoreUrl, purge_every};
 //!
@@ -18,8 +19,7 @@
 //! let app = router(gateway.clone()).merge(operations_router(gateway));
 //! let limits = fit_open_files(ConnectionLimits::default());
 //! let listener = listen("127.0.0.1:8080", &limits).await?;
-//! let shutdown = async { tokio::signal::ctrl_c().await.unwrap_or(()) };
-//! serve(listener, with_request_log(app), limits, shutdown).await;
+//! serve(listener, with_request_log(app), limits, shutdown_signal()).await;
 //! purge.abort();
 //! store.close().await;
 //! # Ok(())
@@ -53,7 +53,8 @@
 //!   [`listen`]): the accept loop, for the bounds axum's own `serve` lacks:
 //!   a connection cap that sheds idle connections first, first-byte and
 //!   header timeouts, and a graceful drain with a deadline. It hands each
-//!   request the client's address as `ConnectInfo<SocketAddr>`.
+//!   request the client's address as `ConnectInfo<SocketAddr>`;
+//!   [`shutdown_signal`] starts the drain on Ctrl-C or SIGTERM.
 
 mod bearer;
 mod cors;
@@ -77,6 +78,7 @@ pub use respond::{json_errors, panic_as_json, plain_errors_as_json};
 pub use router::{REQUEST_TIMEOUT, router};
 pub use serve::capacity::{fit_open_files, listen};
 pub use serve::limits::ConnectionLimits;
+pub use serve::signal::shutdown_signal;
 pub use serve::{Drained, serve};
 
 #[cfg(test)]

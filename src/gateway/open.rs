@@ -14,6 +14,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::gateway::Stores;
+use crate::server_key::sqlite_files;
 use crate::store::error::StoreError;
 #[cfg(feature = "postgres")]
 use crate::store::postgres::PgStore;
@@ -190,6 +191,44 @@ impl StoreUrl {
     }
 }
 
+impl StoreUrl {
+    /// A file that belongs with the store, named by `suffix`: beside the
+    /// SQLite database (its path and `suffix`: `gateway.db.key`), else
+    /// `conversion-gateway` and `suffix` in the working directory
+    /// (`conversion-gateway.key`).
+    pub fn file_beside(&self, suffix: &str) -> PathBuf {
+        let mut path = match self {
+            StoreUrl::Sqlite(database) => database.as_os_str().to_owned(),
+            StoreUrl::Memory | StoreUrl::Postgres(_) => "conversion-gateway".into(),
+        };
+        path.push(suffix);
+        PathBuf::from(path)
+    }
+
+    /// Where the server key of this store lives unless a host says
+    /// otherwise ([`ServerKey::load_or_create`](crate::server_key::ServerKey::load_or_create)
+    /// reads or creates it): `.key` beside the SQLite database,
+    /// `conversion-gateway.key` for PostgreSQL. `None` for the memory
+    /// store, which keeps nothing a fresh key could not hash again.
+    pub fn default_key_file(&self) -> Option<PathBuf> {
+        match self {
+            StoreUrl::Memory => None,
+            StoreUrl::Sqlite(_) | StoreUrl::Postgres(_) => Some(self.file_beside(".key")),
+        }
+    }
+
+    /// The files of this store that only its owner should read: the SQLite
+    /// database and its write-ahead files ([`sqlite_files`]), to pass to
+    /// [`exposed_files`](crate::server_key::exposed_files) with the key
+    /// file. None for the others.
+    pub fn private_files(&self) -> Vec<PathBuf> {
+        match self {
+            StoreUrl::Sqlite(database) => sqlite_files(database),
+            StoreUrl::Memory | StoreUrl::Postgres(_) => Vec::new(),
+        }
+    }
+}
+
 /// Stores opened by [`StoreUrl::open`]: hands out [`Stores`], and is kept
 /// to close them at shutdown.
 pub struct OpenedStore {
@@ -298,6 +337,31 @@ mod tests {
         let url = parsed("sqlite:dir/x.db").unwrap();
         assert_eq!(url.to_string(), "sqlite:dir/x.db");
         assert_eq!(parsed(&url.to_string()), Ok(url));
+    }
+
+    #[test]
+    fn the_key_and_other_files_go_beside_the_sqlite_database() {
+        let sqlite = parsed("sqlite:dir/x.db").unwrap();
+        assert_eq!(
+            sqlite.file_beside(".demo.json"),
+            PathBuf::from("dir/x.db.demo.json")
+        );
+        assert_eq!(
+            sqlite.default_key_file(),
+            Some(PathBuf::from("dir/x.db.key"))
+        );
+        assert_eq!(sqlite.private_files(), sqlite_files("dir/x.db".as_ref()));
+        let postgres = parsed("postgres://app@db/gw").unwrap();
+        assert_eq!(
+            postgres.default_key_file(),
+            Some(PathBuf::from("conversion-gateway.key"))
+        );
+        assert_eq!(postgres.private_files(), Vec::<PathBuf>::new());
+        assert_eq!(StoreUrl::Memory.default_key_file(), None);
+        assert_eq!(
+            StoreUrl::Memory.file_beside(".demo.json"),
+            PathBuf::from("conversion-gateway.demo.json")
+        );
     }
 
     #[tokio::test]

@@ -58,9 +58,24 @@ impl Gateway {
             &*self.random,
             &self.hasher,
         );
+        self.import_api_key(&record).await?;
+        Ok((record, key))
+    }
+
+    /// Stores an API key issued elsewhere, as it is: its id, account, label
+    /// and hash under this gateway's key. For a host that moves its keys
+    /// over from another installation, or derives a known key from its own
+    /// key ([`ApiKeyRecord::issue`] with a seeded random source).
+    /// [`Gateway::issue_api_key`] is the usual way in.
+    ///
+    /// # Errors
+    /// [`ApiKeyError::LimitReached`] as for [`Gateway::issue_api_key`];
+    /// [`StoreError::Duplicate`] (in [`ApiKeyError::Store`]) when a key has
+    /// this id or hash already; else the store's error.
+    pub async fn import_api_key(&self, record: &ApiKeyRecord) -> Result<(), ApiKeyError> {
         let max = self.config.max_api_keys_per_account;
-        if self.stores.api_keys.insert_api_key(&record, max).await? {
-            Ok((record, key))
+        if self.stores.api_keys.insert_api_key(record, max).await? {
+            Ok(())
         } else {
             Err(ApiKeyError::LimitReached { max })
         }
@@ -136,5 +151,30 @@ mod tests {
         let other = Account::new("Other", "other@shop.example", &random);
         let none = gateway.list_api_keys(other.id).await.unwrap();
         assert!(none.is_empty(), "{none:?}");
+    }
+
+    #[tokio::test]
+    async fn an_imported_key_is_listed_once_and_counts_against_the_limit() {
+        let mut config = GatewayConfig::new("https://gateway.test");
+        config.max_api_keys_per_account = 1;
+        let hasher = SecretHasher::new([3; 32]);
+        let gateway = Gateway::new(config, Stores::in_memory(), hasher.clone());
+        let random = SeededRandom::new(9);
+        let account = Account::new("Shop", "owner@shop.example", &random);
+        gateway.create_account(&account).await.unwrap();
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let (record, _) = ApiKeyRecord::issue(account.id, "known", now, &random, &hasher);
+        gateway.import_api_key(&record).await.unwrap();
+        let listed = gateway.list_api_keys(account.id).await.unwrap();
+        assert_eq!(listed, std::slice::from_ref(&record));
+        let again = gateway.import_api_key(&record).await;
+        let duplicate = matches!(again, Err(ApiKeyError::Store(StoreError::Duplicate { .. })));
+        assert!(duplicate, "{again:?}");
+        let (second, _) = ApiKeyRecord::issue(account.id, "second", now, &random, &hasher);
+        let over = gateway.import_api_key(&second).await;
+        assert!(
+            matches!(over, Err(ApiKeyError::LimitReached { max: 1 })),
+            "{over:?}"
+        );
     }
 }

@@ -82,8 +82,22 @@ impl Gateway {
             Client::register(name, redirect_uris, &*self.random, &self.hasher);
         client.require_pkce = require_pkce;
         client.refresh_policy = refresh_policy;
-        self.stores.clients.register_client(&client).await?;
+        self.import_client(&client).await?;
         Ok((client, secret))
+    }
+
+    /// Stores an application registered elsewhere, as it is: its id, and
+    /// its secret's hash under this gateway's key. For a host that moves
+    /// its applications over from another installation, or derives a
+    /// known application from its own key ([`Client::register`] with a
+    /// seeded random source). [`Gateway::register_client`] is the usual
+    /// way in.
+    ///
+    /// # Errors
+    /// [`StoreError::Duplicate`] when an application has this id already;
+    /// else the store's error.
+    pub async fn import_client(&self, client: &Client) -> Result<(), StoreError> {
+        self.stores.clients.register_client(client).await
     }
 
     /// The registered application with this id, for a host's own pages (a
@@ -131,5 +145,25 @@ mod tests {
             .await
             .unwrap();
         assert!(other.is_none(), "{other:?}");
+    }
+
+    #[tokio::test]
+    async fn an_imported_client_keeps_its_id_and_secret_and_is_imported_once() {
+        let gateway = gateway();
+        let hasher = SecretHasher::new([3; 32]);
+        let (client, secret) = Client::register(
+            "Known App",
+            vec!["https://app.example/cb".to_owned()],
+            &SeededRandom::new(11),
+            &hasher,
+        );
+        gateway.import_client(&client).await.unwrap();
+        let found = gateway.find_client(&client.id).await.unwrap().unwrap();
+        assert_eq!(found.secret_hash, secret.hash(&hasher));
+        let again = gateway.import_client(&client).await;
+        assert!(
+            matches!(again, Err(StoreError::Duplicate { .. })),
+            "{again:?}"
+        );
     }
 }

@@ -30,6 +30,30 @@ pub(crate) struct ResourceServer {
     secret_hash: SecretHash,
 }
 
+/// The fewest characters (bytes of UTF-8) a resource server's secret may
+/// have ([`Gateway::with_resource_servers_json`]): a shared secret that a
+/// person picks must not be guessable online.
+pub const MIN_RESOURCE_SERVER_SECRET_LEN: usize = 16;
+
+/// Why [`Gateway::with_resource_servers_json`] refused its list.
+///
+/// Its message follows where the list came from, as in
+/// `format!("{} {error}", path.display())`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResourceServersError {
+    /// Not a JSON object whose values are all strings.
+    #[error("must hold a JSON object of ids and secrets")]
+    NotAnObject,
+    /// The secret of `id` is shorter than [`MIN_RESOURCE_SERVER_SECRET_LEN`].
+    #[error("every secret needs at least {MIN_RESOURCE_SERVER_SECRET_LEN} characters")]
+    ShortSecret {
+        /// The resource server whose secret is too short (its secret is
+        /// not repeated).
+        id: String,
+    },
+}
+
 /// What introspecting a token found: RFC 7662 section 2.2's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -134,6 +158,30 @@ impl Gateway {
             secret_hash: secret.hash(&self.hasher),
         });
         self
+    }
+
+    /// [`Gateway::with_resource_server`] for each of the resource servers
+    /// in `json`, a JSON object of ids and secrets
+    /// (`{"reporting-api": "SECRET"}`), as an operator keeps them in a file
+    /// only the server's user can read.
+    ///
+    /// # Errors
+    /// [`ResourceServersError`] when `json` is not such an object, or a
+    /// secret has fewer than [`MIN_RESOURCE_SERVER_SECRET_LEN`] characters;
+    /// no secret is ever part of the error.
+    pub fn with_resource_servers_json(mut self, json: &str) -> Result<Self, ResourceServersError> {
+        let servers: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(json).map_err(|_| ResourceServersError::NotAnObject)?;
+        let short = servers
+            .iter()
+            .find(|(_, secret)| secret.len() < MIN_RESOURCE_SERVER_SECRET_LEN);
+        if let Some((id, _)) = short {
+            return Err(ResourceServersError::ShortSecret { id: id.clone() });
+        }
+        for (id, secret) in servers {
+            self = self.with_resource_server(id, &ClientSecret::new(secret));
+        }
+        Ok(self)
     }
 
     /// `POST /auth/introspect` (RFC 7662).
@@ -287,5 +335,48 @@ impl Gateway {
             issued_at: record.issued_at,
             expires_at: record.expires_at,
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GatewayConfig;
+    use crate::gateway::Stores;
+    use crate::secret::SecretHasher;
+
+    fn gateway() -> Gateway {
+        let config = GatewayConfig::new("https://gateway.test");
+        Gateway::new(config, Stores::in_memory(), SecretHasher::new([3; 32]))
+    }
+
+    #[test]
+    fn resource_servers_come_from_a_json_object_of_long_secrets() {
+        let json = r#"{"reporting-api": "rs-secret-0123456789", "billing": "0123456789abcdef"}"#;
+        let with_two = gateway().with_resource_servers_json(json).unwrap();
+        let ids: Vec<_> = with_two
+            .resource_servers
+            .iter()
+            .map(|rs| rs.id.as_str())
+            .collect();
+        assert_eq!(ids, ["billing", "reporting-api"]);
+        for json in ["[]", r#"{"a": 1}"#, "not json"] {
+            let error = gateway().with_resource_servers_json(json).err();
+            assert_eq!(error, Some(ResourceServersError::NotAnObject), "{json}");
+        }
+        let error = gateway()
+            .with_resource_servers_json(r#"{"reporting-api": "short-secret"}"#)
+            .err()
+            .expect("a short secret");
+        assert_eq!(
+            error,
+            ResourceServersError::ShortSecret {
+                id: "reporting-api".into()
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "every secret needs at least 16 characters"
+        );
     }
 }

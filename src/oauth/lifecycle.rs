@@ -14,7 +14,13 @@ use crate::store::error::StoreError;
 
 /// An application an account has authorized, for the account's settings
 /// page: one grant, with the application's name.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Serializes, for a host's JSON API or an operator's command, as
+/// `{"grant_id", "client_id", "name", "authorized_at",
+/// "last_refreshed_at"}`, times in RFC 3339 (`last_refreshed_at` null when
+/// never refreshed). Serializing fails only for a time outside the years
+/// 0000 to 9999, which no store holds.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ConnectedApp {
     /// The grant: what [`Gateway::disconnect_app`] revokes.
@@ -24,8 +30,10 @@ pub struct ConnectedApp {
     /// The application's name, as on the consent screen.
     pub name: String,
     /// When the account authorized it.
+    #[serde(with = "time::serde::rfc3339")]
     pub authorized_at: OffsetDateTime,
     /// When it last refreshed its tokens, if it has.
+    #[serde(with = "time::serde::rfc3339::option")]
     pub last_refreshed_at: Option<OffsetDateTime>,
 }
 
@@ -253,5 +261,31 @@ mod tests {
         ] {
             assert!(!is_registrable_redirect_uri(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_connected_app_serializes_with_rfc_3339_times() {
+        let grant = uuid::Uuid::from_u128(7);
+        let mut app = ConnectedApp {
+            grant_id: GrantId(grant),
+            client_id: ClientId::new("cgid_app"),
+            name: "Lead Sync".to_owned(),
+            authorized_at: time::macros::datetime!(2026-01-02 03:04:05 UTC),
+            last_refreshed_at: None,
+        };
+        let json = serde_json::to_value(&app).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "grant_id": grant.to_string(),
+                "client_id": "cgid_app",
+                "name": "Lead Sync",
+                "authorized_at": "2026-01-02T03:04:05Z",
+                "last_refreshed_at": null,
+            })
+        );
+        app.last_refreshed_at = Some(time::macros::datetime!(2026-01-03 00:00:00.5 UTC));
+        let json = serde_json::to_value(&app).unwrap();
+        assert_eq!(json["last_refreshed_at"], "2026-01-03T00:00:00.5Z");
     }
 }

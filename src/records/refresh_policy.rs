@@ -1,6 +1,8 @@
 //! What happens to a refresh token when it is used: strict rotation, reuse,
 //! or the default that adapts to the client.
 
+use std::str::FromStr;
+
 use time::Duration;
 
 /// What happens to a refresh token when it is used.
@@ -71,6 +73,36 @@ impl Default for RefreshPolicy {
     fn default() -> Self {
         RefreshPolicy::Adaptive {
             grace: Duration::seconds(30),
+        }
+    }
+}
+
+/// Text that names no [`RefreshPolicy`]: none of `adaptive`, `rotate` and
+/// `reuse`.
+///
+/// Its message follows the name of the setting, as in
+/// `format!("--refresh-policy {error}")`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("must be adaptive, rotate or reuse, not {text:?}")]
+pub struct RefreshPolicyParseError {
+    /// The text given.
+    pub text: String,
+}
+
+impl FromStr for RefreshPolicy {
+    type Err = RefreshPolicyParseError;
+
+    /// A policy by its name, as an operator gives it: `adaptive`, `rotate`
+    /// (each with the default grace window of 30 seconds) or `reuse`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let grace = RefreshPolicy::default().grace();
+        match text {
+            "adaptive" => Ok(RefreshPolicy::Adaptive { grace }),
+            "rotate" => Ok(RefreshPolicy::Rotate { grace }),
+            "reuse" => Ok(RefreshPolicy::Reuse),
+            _ => Err(RefreshPolicyParseError {
+                text: text.to_owned(),
+            }),
         }
     }
 }
@@ -159,5 +191,19 @@ mod tests {
         }
         assert_eq!(RefreshPolicy::Reuse.grace(), Duration::ZERO);
         assert_eq!(RefreshPolicy::default().grace(), Duration::seconds(30));
+    }
+
+    #[test]
+    fn policies_parse_from_their_names_with_the_default_grace() {
+        let grace = Duration::seconds(30);
+        assert_eq!("adaptive".parse(), Ok(RefreshPolicy::Adaptive { grace }));
+        assert_eq!("adaptive".parse(), Ok(RefreshPolicy::default()));
+        assert_eq!("rotate".parse(), Ok(RefreshPolicy::Rotate { grace }));
+        assert_eq!("reuse".parse(), Ok(RefreshPolicy::Reuse));
+        let error = "strict".parse::<RefreshPolicy>().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            r#"must be adaptive, rotate or reuse, not "strict""#
+        );
     }
 }

@@ -70,6 +70,47 @@ impl Default for NatsOptions {
     }
 }
 
+/// A JetStream stream name that is not letters, digits, `_` and `-`.
+///
+/// Its message follows the name of the setting, as in
+/// `format!("--events-stream {error}")`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("must be letters, digits, _ and -, not {name:?}")]
+pub struct StreamNameError {
+    /// The name given.
+    pub name: String,
+}
+
+impl NatsOptions {
+    /// The defaults for the stream `name`, with subjects named after it in
+    /// lower case (`CONVERSIONS` takes `conversions.>`), so that the
+    /// streams of deployments sharing one NATS never overlap. A host sets
+    /// [`NatsOptions::duplicate_window`] to its gateway's
+    /// [`idempotency_retention`](crate::GatewayConfig::idempotency_retention)
+    /// if it changed that.
+    ///
+    /// # Errors
+    /// [`StreamNameError`] for an empty name or one with other characters
+    /// than ASCII letters, digits, `_` and `-` (JetStream refuses `.`, `*`,
+    /// `>` and whitespace; the rest are kept out of subjects too).
+    pub fn for_stream(name: &str) -> Result<Self, StreamNameError> {
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(StreamNameError {
+                name: name.to_owned(),
+            });
+        }
+        Ok(Self {
+            stream: name.to_owned(),
+            subject_prefix: name.to_lowercase(),
+            ..Self::default()
+        })
+    }
+}
+
 /// A submission as the stream keeps it.
 #[derive(Serialize, Deserialize)]
 struct Message {
@@ -434,4 +475,36 @@ fn js_position(cursor: &FeedCursor) -> Result<(u64, usize), StoreError> {
         .and_then(|(sequence, index)| Some((sequence.parse().ok()?, index.parse().ok()?)))
         .filter(|(sequence, _)| *sequence > 0)
         .ok_or_else(|| StoreError::rejected("read the event feed", ForeignCursor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_names_its_subjects_in_lower_case() {
+        let options = NatsOptions::for_stream("Leads_EU-1").unwrap();
+        assert_eq!(options.stream, "Leads_EU-1");
+        assert_eq!(options.subject_prefix, "leads_eu-1");
+        assert_eq!(
+            options.duplicate_window,
+            NatsOptions::default().duplicate_window
+        );
+        let default = NatsOptions::for_stream("CONVERSIONS").unwrap();
+        assert_eq!(
+            default.subject_prefix,
+            NatsOptions::default().subject_prefix
+        );
+    }
+
+    #[test]
+    fn a_stream_name_is_letters_digits_underscores_and_dashes() {
+        for name in ["", "a.b", "a*", "a>", "a b", "é"] {
+            let error = NatsOptions::for_stream(name).unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("must be letters, digits, _ and -, not {name:?}")
+            );
+        }
+    }
 }

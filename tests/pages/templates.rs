@@ -120,3 +120,33 @@ async fn the_flows_answer_without_a_framework() {
         refused.view
     );
 }
+
+/// A host's template with a bug in it.
+struct Panicking;
+
+impl Templates for Panicking {
+    fn sign_in(&self, _form: &SignInForm) -> String {
+        panic!("a bug in the host's template")
+    }
+}
+
+#[tokio::test]
+async fn a_panic_on_a_page_is_answered_with_a_json_500() {
+    let server = Server::new().await;
+    let key = ServerKey::from_hex(&"42".repeat(32)).unwrap();
+    let sign_in = SignInMethod::form(
+        Argon2Verifier::new(Argon2Passwords::new(8, 1), HashingLimit::per_core()),
+        ThrottleLimits::default(),
+    );
+    let flows = PageFlows::new(server.gateway.clone(), &key, sign_in, server.clock.clone());
+    let host = Server {
+        router: pages::routes(PagesState::with_templates(flows, Arc::new(Panicking))),
+        ..server
+    };
+    let page = host
+        .get(&format!("/auth/dialog?{}", host.dialog_query()), "")
+        .await;
+    assert_eq!(page.status, 500, "{}", page.text());
+    assert_eq!(page.header("content-type"), Some("application/json"));
+    assert!(!page.text().contains("a bug"), "{}", page.text());
+}

@@ -6,12 +6,13 @@ use std::path::PathBuf;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{ArgAction, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
-use conversion_gateway::{ApiKeyId, ClientId, GrantId, StoreUrl, is_registrable_redirect_uri};
+use conversion_gateway::{
+    Account, ApiKeyId, ClientId, GrantId, StoreUrl, is_registrable_redirect_uri,
+};
 use uuid::Uuid;
 
 use super::Failure;
-use crate::cli::store_url;
-use crate::cli::{hyphen_values, message, print_help};
+use crate::cli::{hyphen_values, message, parsed, print_help};
 
 /// `conversion-gateway admin COMMAND [OPTIONS]`.
 #[derive(Parser)]
@@ -44,7 +45,7 @@ pub struct AdminLine {
     pub command: Command,
     /// sqlite:PATH | postgres://USER@HOST/DB: the server's store. Not memory:
     /// a memory store ends with the command
-    #[arg(long, global = true, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = store_url)]
+    #[arg(long, global = true, value_name = "STORE", default_value = "sqlite:conversion-gateway.db", value_parser = parsed::<StoreUrl>("--store"))]
     pub store: StoreUrl,
     /// The server's key file, found and created if missing as the server does
     /// (else CONVERSION_GATEWAY_KEY, else the SQLite path and .key;
@@ -92,7 +93,7 @@ pub enum AccountCommand {
         #[arg(long, value_name = "NAME", value_parser = name)]
         name: String,
         /// Its login e-mail, stored lowercased
-        #[arg(long, value_name = "EMAIL", value_parser = email)]
+        #[arg(long, value_name = "EMAIL", value_parser = |text: &str| Account::checked_email(text).map_err(|error| format!("--email {error}")))]
         email: String,
     },
 }
@@ -336,22 +337,6 @@ fn name(text: &str) -> Result<String, String> {
     match text.trim() {
         "" => Err("--name must not be blank".into()),
         name => Ok(name.to_owned()),
-    }
-}
-
-/// `text` trimmed, if it looks like an e-mail address: something, `@`,
-/// something, and no space. Only a guard against a swapped `--name` and
-/// `--email`; whether the address works is the account owner's to prove.
-fn email(text: &str) -> Result<String, String> {
-    let address = text.trim();
-    let looks_right = address
-        .split_once('@')
-        .is_some_and(|(local, domain)| !local.is_empty() && !domain.is_empty())
-        && !address.chars().any(char::is_whitespace);
-    if looks_right {
-        Ok(address.to_owned())
-    } else {
-        Err(format!("--email must be an e-mail address, not {text:?}"))
     }
 }
 

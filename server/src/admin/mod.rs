@@ -22,14 +22,13 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use conversion_gateway::{
-    Account, ApiKeyError, ApiKeyId, ClientId, ClientRegistration, ClientUpdateError, ConnectedApp,
-    Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
+    Account, ApiKeyError, ApiKeyId, Argon2Passwords, ClientId, ClientRegistration,
+    ClientUpdateError, ErrorChain, Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
+    random_token,
 };
 use serde_json::{Value, json};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
-use crate::{describe, server_key};
+use crate::server_key;
 use cli::{AccountCommand, AdminLine, ApiKeyCommand, ClientCommand, Command, GrantCommand};
 
 pub use cli::synopses;
@@ -74,7 +73,7 @@ async fn execute(line: AdminLine) -> Result<Value, Failure> {
         .store
         .open()
         .await
-        .map_err(|error| Failure::Failed(crate::describe(&error)))?;
+        .map_err(|error| Failure::Failed(ErrorChain(&error).to_string()))?;
     let outcome = match server_key(&line.store, line.key_file.as_deref()) {
         Ok((key, _)) => {
             // The base URL only names the realm of HTTP answers, and the
@@ -114,12 +113,10 @@ impl Command {
                 if existing.is_some() {
                     return Err(taken());
                 }
-                let password =
-                    conversion_gateway::random_token(&conversion_gateway::OsRandom, PASSWORD_BYTES);
+                let password = random_token(&OsRandom, PASSWORD_BYTES);
                 // The server checks a sign-in with the parameters written in
                 // the hash, so any would do; these are what it recommends.
-                account.password_hash =
-                    Some(conversion_gateway::Argon2Passwords::recommended().hash(&password));
+                account.password_hash = Some(Argon2Passwords::recommended().hash(&password));
                 match gateway.create_account(&account).await {
                     Ok(()) => {}
                     // Created by someone else since the look-up.
@@ -195,7 +192,10 @@ impl Command {
                     .connected_apps(account.id)
                     .await
                     .map_err(store_failure("list the grants"))?;
-                let grants = apps.iter().map(grant_json).collect::<Result<Vec<_>, _>>()?;
+                // Fails only for a year outside 0000-9999, which no store holds.
+                let grants = serde_json::to_value(apps).map_err(|error| {
+                    Failure::Failed(format!("cannot write the grants: {error}"))
+                })?;
                 Ok(json!({ "grants": grants }))
             }
             Command::Grant(GrantCommand::Revoke { id: grant }) => {
@@ -261,28 +261,9 @@ async fn account(gateway: &Gateway, email: &str) -> Result<Account, Failure> {
         .ok_or_else(|| Failure::Failed(format!("no account has the e-mail {email}")))
 }
 
-/// One connected app as `grants` prints it.
-fn grant_json(app: &ConnectedApp) -> Result<Value, Failure> {
-    let last_refreshed_at = app.last_refreshed_at.map(rfc3339).transpose()?;
-    Ok(json!({
-        "grant_id": app.grant_id.to_string(),
-        "client_id": app.client_id.as_str(),
-        "name": app.name,
-        "authorized_at": rfc3339(app.authorized_at)?,
-        "last_refreshed_at": last_refreshed_at,
-    }))
-}
-
-/// `at` in RFC 3339.
-fn rfc3339(at: OffsetDateTime) -> Result<String, Failure> {
-    // Fails only for a year outside 0000-9999, which no store holds.
-    at.format(&Rfc3339)
-        .map_err(|error| Failure::Failed(format!("cannot write the time {at}: {error}")))
-}
-
 /// The failure of a store operation, `action` (what could not be done).
 fn store_failure(action: &'static str) -> impl FnOnce(StoreError) -> Failure {
-    move |error| Failure::Failed(format!("cannot {action}: {}", describe(&error)))
+    move |error| Failure::Failed(format!("cannot {action}: {}", ErrorChain(&error)))
 }
 
 /// The failure of a change to `client`.

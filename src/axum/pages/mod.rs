@@ -61,11 +61,13 @@ use axum::routing::get;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use sha2::{Digest as _, Sha256};
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::axum::extract::OAuthRequest;
 use crate::axum::pages::render::render;
-use crate::axum::respond::json_errors;
+use crate::axum::respond::{json_errors, panic_as_json};
 use crate::axum::router::REQUEST_TIMEOUT;
 use crate::signin::flows::{APPS_PATH, DIALOG_PATH, PageFlows, is_form};
 use crate::signin::method::PageRequest;
@@ -123,9 +125,10 @@ impl PagesState {
     }
 }
 
-/// `GET` and `POST /auth/dialog` and `/account/apps`, with the JSON errors
-/// and the request timeout of the library's router (a wrong method is a
-/// JSON 405, an oversized dialog form a JSON 413).
+/// `GET` and `POST /auth/dialog` and `/account/apps`, with the JSON errors,
+/// the request timeout and the answer to panics of the library's router (a
+/// wrong method is a JSON 405, an oversized dialog form a JSON 413, a
+/// panic a JSON 500).
 ///
 /// Our sign-in form throttles by client address, so the app must be served
 /// with each request's [`ConnectInfo<SocketAddr>`] (`axum::serve` with
@@ -135,11 +138,18 @@ pub fn routes<S: Clone + Send + Sync + 'static>(state: PagesState) -> Router<S> 
     Router::new()
         .route(DIALOG_PATH, get(dialog_page).post(dialog_form))
         .route(APPS_PATH, get(apps_page).post(apps_form))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            REQUEST_TIMEOUT,
-        ))
-        .layer(middleware::from_fn(json_errors))
+        // One layer of three, as in the JSON router (each `layer` call
+        // boxes the routes again for every request). Outermost first: a
+        // panic's JSON 500, the JSON rewrite of error answers, the timeout.
+        .layer(
+            ServiceBuilder::new()
+                .layer(CatchPanicLayer::custom(panic_as_json))
+                .layer(middleware::from_fn(json_errors))
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    REQUEST_TIMEOUT,
+                )),
+        )
         .with_state(state)
 }
 

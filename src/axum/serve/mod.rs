@@ -42,12 +42,14 @@
 //!
 //! `limits.rs` holds the bounds ([`ConnectionLimits`]), `shedding.rs`
 //! which connection is closed at the cap, `capacity.rs` what the operating
-//! system must grant (open files, the listen backlog), `tests.rs` the loop
-//! in-process.
+//! system must grant (open files, the listen backlog), `signal.rs` the
+//! signals that start the shutdown ([`shutdown_signal`](crate::axum::shutdown_signal)),
+//! `tests.rs` the loop in-process.
 
 pub(crate) mod capacity;
 pub(crate) mod limits;
 mod shedding;
+pub(crate) mod signal;
 
 use std::convert::Infallible;
 use std::future::Future;

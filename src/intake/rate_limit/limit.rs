@@ -20,6 +20,19 @@ impl Limit {
         Self { max, period }
     }
 
+    /// A limit as an operator sets one, where `off` switches it off (a
+    /// `None` in [`RateLimits`]): `off`, or `COUNT/PERIOD` as
+    /// [`Limit::from_str`] reads it.
+    ///
+    /// # Errors
+    /// [`LimitParseError`] for anything else.
+    pub fn parse_or_off(text: &str) -> Result<Option<Self>, LimitParseError> {
+        match text {
+            "off" => Ok(None),
+            limit => limit.parse().map(Some),
+        }
+    }
+
     /// The period in whole seconds (at least 1).
     pub fn period_seconds(&self) -> u64 {
         u64::try_from(self.period.whole_seconds())
@@ -112,6 +125,19 @@ impl RateLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn off_switches_a_limit_off() {
+        assert_eq!(Limit::parse_or_off("off"), Ok(None));
+        assert_eq!(
+            Limit::parse_or_off("20/1m"),
+            Ok(Some(Limit::new(20, Duration::minutes(1))))
+        );
+        for bad in ["Off", "", "20"] {
+            let error = Limit::parse_or_off(bad).unwrap_err();
+            assert_eq!(error, LimitParseError(bad.to_owned()));
+        }
+    }
 
     #[test]
     fn limits_read_and_print_as_count_per_period() {

@@ -21,6 +21,9 @@ pub(crate) mod limit;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+pub(crate) mod url;
+
+use std::str::FromStr;
 
 use async_trait::async_trait;
 use time::{Duration, OffsetDateTime};
@@ -103,6 +106,33 @@ pub enum LimiterFailure {
     Closed,
 }
 
+/// Text that names no [`LimiterFailure`]: neither `open` nor `closed`.
+///
+/// Its message follows the name of the setting, as in
+/// `format!("--rate-limit-failure {error}")`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("must be open or closed, not {text:?}")]
+pub struct LimiterFailureParseError {
+    /// The text given.
+    pub text: String,
+}
+
+impl FromStr for LimiterFailure {
+    type Err = LimiterFailureParseError;
+
+    /// `open` ([`LimiterFailure::Open`]) or `closed`
+    /// ([`LimiterFailure::Closed`]).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "open" => Ok(LimiterFailure::Open),
+            "closed" => Ok(LimiterFailure::Closed),
+            _ => Err(LimiterFailureParseError {
+                text: text.to_owned(),
+            }),
+        }
+    }
+}
+
 /// Counts charges against limits. Implementations are atomic: of any
 /// number of concurrent calls, the ones admitted never together exceed a
 /// limit (64 concurrent requests against a limit of 20 admit exactly 20).
@@ -127,4 +157,17 @@ pub trait RateLimiter: Send + Sync {
     /// # Errors
     /// [`LimiterError`] when the limiter cannot count.
     async fn refund(&self, charges: &[Charge], now: OffsetDateTime) -> Result<(), LimiterError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limiter_failure_is_open_or_closed() {
+        assert_eq!("open".parse(), Ok(LimiterFailure::Open));
+        assert_eq!("closed".parse(), Ok(LimiterFailure::Closed));
+        let error = "maybe".parse::<LimiterFailure>().unwrap_err();
+        assert_eq!(error.to_string(), r#"must be open or closed, not "maybe""#);
+    }
 }
