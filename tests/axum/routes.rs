@@ -13,7 +13,6 @@ use conversion_gateway::{
     Account, ClientRegistration, Gateway, GatewayConfig, OsRandom, SecretHasher, Stores,
 };
 use conversion_gateway_testkit::{DownStore, basic};
-use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
@@ -73,19 +72,8 @@ impl Routes {
     }
 
     async fn send(&self, request: Request<Body>) -> Reply {
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("the router is infallible");
-        let (head, body) = response.into_parts();
-        let body = body.collect().await.expect("a readable body").to_bytes();
-        Reply {
-            status: head.status,
-            headers: head.headers,
-            body,
-        }
+        let response = self.router.clone().oneshot(request).await;
+        Reply::read(response.expect("the router is infallible")).await
     }
 
     async fn get(&self, uri: &str, cookies: &str) -> Reply {

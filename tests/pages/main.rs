@@ -14,17 +14,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, Request, StatusCode};
+use axum::http::Request;
 use conversion_gateway::axum::pages::{self, PagesState};
 use conversion_gateway::{
     Account, Argon2Passwords, Argon2Verifier, ClientRegistration, Gateway, GatewayConfig,
     HashingLimit, ManualClock, PageFlows, SeededRandom, ServerKey, SignInMethod, Stores,
     ThrottleLimits,
 };
-use http_body_util::BodyExt as _;
 use tower::ServiceExt as _;
+
+pub use conversion_gateway_testkit::{Reply, form};
 
 /// The address requests come from unless a test says otherwise (TEST-NET-1).
 const PEER: &str = "192.0.2.1:50000";
@@ -66,43 +67,6 @@ struct Server {
     demo: Fixture,
     clock: Arc<ManualClock>,
     gateway: Arc<Gateway>,
-}
-
-/// An answer, read whole.
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|value| value.to_str().ok())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn cookie(&self, name: &str) -> Option<String> {
-        self.headers
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .filter_map(|value| value.split(';').next()?.split_once('='))
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| value.to_owned())
-    }
-
-    fn hidden(&self, name: &str) -> String {
-        conversion_gateway_testkit::hidden(&self.text(), name)
-    }
-}
-
-fn form(fields: &[(&str, &str)]) -> String {
-    let mut serializer = form_urlencoded::Serializer::new(String::new());
-    serializer.extend_pairs(fields);
-    serializer.finish()
 }
 
 impl Server {
@@ -168,19 +132,8 @@ impl Server {
             let address: SocketAddr = address.parse().expect("a socket address");
             request.extensions_mut().insert(ConnectInfo(address));
         }
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("the router is infallible");
-        let (head, body) = response.into_parts();
-        let body = body.collect().await.expect("a readable body").to_bytes();
-        Reply {
-            status: head.status,
-            headers: head.headers,
-            body,
-        }
+        let response = self.router.clone().oneshot(request).await;
+        Reply::read(response.expect("the router is infallible")).await
     }
 
     async fn get(&self, uri: &str, cookies: &str) -> Reply {

@@ -8,10 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode};
 use conversion_gateway_testkit::TempDir;
-pub use conversion_gateway_testkit::hidden;
+pub use conversion_gateway_testkit::{Reply, encode, form, hidden, url_param as param};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -467,112 +465,6 @@ impl Server {
         let text = String::from_utf8_lossy(&answer);
         text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
     }
-}
-
-/// A response, read whole.
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
-/// The status, the headers and the body as text: what a failed assertion
-/// shows.
-impl std::fmt::Debug for Reply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reply")
-            .field("status", &self.status)
-            .field("headers", &self.headers)
-            .field("body", &String::from_utf8_lossy(&self.body))
-            .finish()
-    }
-}
-
-impl Reply {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|value| value.to_str().ok())
-    }
-
-    /// The body as text, for assertion messages.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// The JSON body; fails unless the answer says it is JSON.
-    #[track_caller]
-    pub fn json(&self) -> Value {
-        assert_eq!(
-            self.header("content-type"),
-            Some("application/json"),
-            "status {}: {}",
-            self.status,
-            self.text()
-        );
-        serde_json::from_slice(&self.body).expect("a JSON body")
-    }
-
-    /// The HTML body; fails unless the answer says it is HTML.
-    #[track_caller]
-    pub fn html(&self) -> &str {
-        assert_eq!(
-            self.header("content-type"),
-            Some("text/html; charset=utf-8"),
-            "status {}: {}",
-            self.status,
-            self.text()
-        );
-        std::str::from_utf8(&self.body).expect("UTF-8")
-    }
-
-    /// The value a `Set-Cookie` header gives cookie `name`.
-    pub fn cookie(&self, name: &str) -> Option<String> {
-        self.headers
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .filter_map(|value| value.split(';').next()?.split_once('='))
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| value.to_owned())
-    }
-
-    /// The value of the page's hidden input `name`.
-    #[track_caller]
-    pub fn hidden(&self, name: &str) -> String {
-        hidden(self.html(), name)
-    }
-
-    #[track_caller]
-    pub fn location(&self) -> &str {
-        self.header("location")
-            .unwrap_or_else(|| panic!("no Location in {:?}", self.headers))
-    }
-
-    /// Asserts a JSON error answer with this status and `error_type`.
-    #[track_caller]
-    pub fn assert_error(&self, status: u16, error_type: &str) {
-        assert_eq!(self.status.as_u16(), status, "{}", self.text());
-        let body = self.json();
-        assert_eq!(body["error_type"], error_type, "{body}");
-        assert!(body["error_message"].is_string(), "{body}");
-    }
-}
-
-pub fn encode(text: &str) -> String {
-    form_urlencoded::byte_serialize(text.as_bytes()).collect()
-}
-
-pub fn form(fields: &[(&str, &str)]) -> String {
-    let mut serializer = form_urlencoded::Serializer::new(String::new());
-    serializer.extend_pairs(fields);
-    serializer.finish()
-}
-
-/// The query parameter `name` of a URL.
-pub fn param(url: &str, name: &str) -> Option<String> {
-    let query = url.split_once('?')?.1;
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| value.into_owned())
 }
 
 /// A conversion event the demo account accepts.
