@@ -24,7 +24,7 @@
 //! behind the events (its p99 should stay under 100 ms).
 //!
 //! ```text
-//! cargo bench --bench intake_load --all-features -- [--seconds 10] [--warmup 2] [--connections 64] [--rounds 3] [--generator hyper|wrk]
+//! cargo bench -p conversion-gateway-server --bench intake_load -- [--seconds 10] [--warmup 2] [--connections 64] [--rounds 3] [--generator hyper|wrk]
 //! ```
 //!
 //! `--generator wrk` sends the flood with `wrk -t1` instead of this
