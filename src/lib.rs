@@ -131,6 +131,10 @@ pub use account::{Account, AccountId, EmailError};
 mod clock;
 pub use clock::{Clock, ManualClock, SystemClock};
 
+// The eviction rule of the bounded counter tables (the sign-in throttle,
+// the memory rate limiter): locked windows are never dropped.
+mod bounded_windows;
+
 mod config;
 pub use config::{BaseUrlError, GatewayConfig};
 

@@ -37,6 +37,8 @@ use std::hash::{BuildHasher as _, RandomState};
 use std::net::IpAddr;
 use std::sync::{Mutex, MutexGuard};
 
+use crate::bounded_windows::{drop_unlocked, excess};
+
 /// How many failed sign-ins a key may have in one window, how long a window
 /// lasts, and how many keys are remembered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -357,43 +359,13 @@ impl State {
             return Err(self.full_until);
         }
         self.windows.retain(|_, w| w.is_open(now, limits));
-        // Down to three quarters, and at least to room for `needed` (a cap
-        // of a few keys has no room at three quarters).
-        let len = self.windows.len();
-        let excess = len
-            .saturating_sub(max / 4 * 3)
-            .max((len + needed).saturating_sub(max));
-        if excess > 0 {
-            let mut unlocked: Vec<u32> = self
-                .windows
-                .values()
-                .filter(|w| !w.is_locked(now, limits))
-                .map(|w| w.failures)
-                .collect();
-            if unlocked.len() <= excess {
-                self.windows.retain(|_, w| w.is_locked(now, limits));
-            } else {
-                let (_, cutoff, _) = unlocked.select_nth_unstable(excess - 1);
-                let cutoff = *cutoff;
-                // Every unlocked window below the cutoff goes, and as many
-                // at the cutoff as make up the excess.
-                let below = unlocked.iter().filter(|&&f| f < cutoff).count();
-                let mut at_cutoff = excess - below;
-                self.windows.retain(|_, w| {
-                    if w.is_locked(now, limits) || w.failures > cutoff {
-                        return true;
-                    }
-                    if w.failures < cutoff {
-                        return false;
-                    }
-                    if at_cutoff > 0 {
-                        at_cutoff -= 1;
-                        return false;
-                    }
-                    true
-                });
-            }
-        }
+        let excess = excess(self.windows.len(), needed, max);
+        drop_unlocked(
+            &mut self.windows,
+            excess,
+            |w| w.is_locked(now, limits),
+            |w| w.failures,
+        );
         if self.windows.len() + needed <= max {
             return Ok(());
         }

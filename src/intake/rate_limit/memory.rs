@@ -21,6 +21,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
+use crate::bounded_windows::{drop_unlocked, excess};
+
 use super::{Admission, Charge, LimiterError, RateLimiter};
 
 /// `used` of a counter at its limit: no unit fits until its window ends.
@@ -212,42 +214,8 @@ impl Counters {
             return Err(self.full_until);
         }
         self.windows.retain(|_, w| w.is_open(now));
-        // Down to three quarters, and at least to room for `needed`.
-        let len = self.windows.len();
-        let excess = len
-            .saturating_sub(max / 4 * 3)
-            .max((len + needed).saturating_sub(max));
-        if excess > 0 {
-            let mut unlocked: Vec<u32> = self
-                .windows
-                .values()
-                .filter(|w| !w.is_locked(now))
-                .map(|w| w.used)
-                .collect();
-            if unlocked.len() <= excess {
-                self.windows.retain(|_, w| w.is_locked(now));
-            } else {
-                let (_, cutoff, _) = unlocked.select_nth_unstable(excess - 1);
-                let cutoff = *cutoff;
-                // Every unlocked window below the cutoff goes, and as many
-                // at the cutoff as make up the excess.
-                let below = unlocked.iter().filter(|&&used| used < cutoff).count();
-                let mut at_cutoff = excess - below;
-                self.windows.retain(|_, w| {
-                    if w.is_locked(now) || w.used > cutoff {
-                        return true;
-                    }
-                    if w.used < cutoff {
-                        return false;
-                    }
-                    if at_cutoff > 0 {
-                        at_cutoff -= 1;
-                        return false;
-                    }
-                    true
-                });
-            }
-        }
+        let excess = excess(self.windows.len(), needed, max);
+        drop_unlocked(&mut self.windows, excess, |w| w.is_locked(now), |w| w.used);
         self.swept_size = self.windows.len();
         if self.windows.len() + needed <= max {
             return Ok(());
