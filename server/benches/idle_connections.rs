@@ -24,14 +24,17 @@
 //! sockets for a while.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+
+#[path = "common/release_server.rs"]
+mod release_server;
 
 struct Options {
     idle: usize,
@@ -72,7 +75,7 @@ fn main() {
     }
     let options = Options::parse();
     open_files_at_least((options.idle.max(options.hold) + 1024) as u64);
-    let binary = build_release_server();
+    let binary = release_server::build();
     let dir = std::env::temp_dir().join(format!("idle-connections-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -248,35 +251,9 @@ struct Server {
 
 impl Server {
     fn start(binary: &Path, dir: &Path, name: &str, extra: &[&str]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let demo = dir.join(format!("{name}.demo.json"));
-        let child = Command::new(binary)
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--store",
-                "memory",
-            ])
-            .args(extra)
-            .arg("--demo-credentials")
-            .arg(&demo)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the service");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !demo.is_file() {
-            assert!(Instant::now() < deadline, "the server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child,
-            address: SocketAddr::from(([127, 0, 0, 1], port)),
-        }
+        let args = ["--store", "memory"].iter().chain(extra);
+        let (child, address, _) = release_server::launch(binary, dir, name, args, Stdio::inherit());
+        Self { child, address }
     }
 
     /// `VmRSS`, in KiB.
@@ -320,26 +297,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
     }
-}
-
-/// The service's release binary, built (or found fresh) by cargo.
-fn build_release_server() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "conversion-gateway-server",
-            "--bin",
-            "conversion-gateway",
-        ])
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building the release server failed");
-    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(root.join("target"), PathBuf::from);
-    target.join("release").join("conversion-gateway")
 }
 
 /// Raises this process's soft open-files limit to at least `wanted` (the

@@ -41,7 +41,7 @@
 //! stream of its own deleted at the end. Not part of CI.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
@@ -58,6 +58,8 @@ use tokio::net::{TcpListener, TcpStream};
 use self::cpu::{CpuPerRequest, CpuSample};
 
 mod cpu;
+#[path = "../common/release_server.rs"]
+mod release_server;
 
 const TYPICAL: &[u8] = include_bytes!("../../../benches/data/typical.json");
 
@@ -154,7 +156,7 @@ struct Target {
 }
 
 async fn run(options: Options) {
-    let binary = build_release_server();
+    let binary = release_server::build();
     let dir = std::env::temp_dir().join(format!("cg-intake-load-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
 
@@ -674,67 +676,26 @@ fn cookie(reply: &reqwest::Response, name: &str) -> String {
         .to_owned()
 }
 
-/// The service's release binary, built (or found fresh) by cargo.
-fn build_release_server() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "--all-features",
-            "-p",
-            "conversion-gateway-server",
-            "--bin",
-            "conversion-gateway",
-        ])
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building the release server failed");
-    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(root.join("target"), PathBuf::from);
-    target.join("release").join("conversion-gateway")
-}
-
 /// Starts the service on `store`; returns it, its address and the
 /// demo credentials (API key, app, account).
 fn start_server(
-    binary: &PathBuf,
-    dir: &std::path::Path,
+    binary: &Path,
+    dir: &Path,
     name: &str,
     store: &str,
     extra: &[String],
 ) -> (Child, SocketAddr, Value) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port();
-    let demo = dir.join(format!("{name}.demo.json"));
-    let child = Command::new(binary)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--store", store])
-        // The flood repeats one contact's event: the default limit of 120
-        // per lead a day would refuse all but the first 120.
-        .args(["--limit-per-lead", "off"])
-        .args(extra)
-        .arg("--key-file")
-        .arg(dir.join(format!("{name}.key")))
-        .arg("--demo-credentials")
-        .arg(&demo)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the service");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !demo.is_file() {
-        assert!(
-            Instant::now() < deadline,
-            "{name}: the server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let key_file = dir.join(format!("{name}.key"));
+    let mut args = vec!["--store", store];
+    // The flood repeats one contact's event: the default limit of 120
+    // per lead a day would refuse all but the first 120.
+    args.extend(["--limit-per-lead", "off"]);
+    args.extend(extra.iter().map(String::as_str));
+    args.extend(["--key-file", key_file.to_str().expect("a UTF-8 path")]);
+    let (child, address, demo) = release_server::launch(binary, dir, name, args, Stdio::null());
     let text = std::fs::read_to_string(&demo).expect("the demo credentials");
     let credentials: Value = serde_json::from_str(&text).expect("their JSON");
-    (child, SocketAddr::from(([127, 0, 0, 1], port)), credentials)
+    (child, address, credentials)
 }
 
 /// A schema of its own on the `DATABASE_URL` server: a function that drops

@@ -1,0 +1,67 @@
+//! The service's release binary for the benches that start it: built (or
+//! found fresh) by cargo, and started on a free loopback port, ready once
+//! it has written its demo credentials.
+
+use std::ffi::OsStr;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The service's release binary, built (or found fresh) by cargo.
+pub fn build() -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--all-features",
+            "-p",
+            "conversion-gateway-server",
+            "--bin",
+            "conversion-gateway",
+        ])
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building the release server failed");
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(root.join("target"), PathBuf::from);
+    target.join("release").join("conversion-gateway")
+}
+
+/// Starts `binary` with `args` on a free loopback port, logging warnings to
+/// `stderr`, its demo credentials written to `dir/NAME.demo.json`; returns
+/// once that file exists (up to 30 s): the process, its address and the
+/// credentials' path.
+pub fn launch(
+    binary: &Path,
+    dir: &Path,
+    name: &str,
+    args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+    stderr: Stdio,
+) -> (Child, SocketAddr, PathBuf) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let demo = dir.join(format!("{name}.demo.json"));
+    let child = Command::new(binary)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .arg("--demo-credentials")
+        .arg(&demo)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start the service");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !demo.is_file() {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: the server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, SocketAddr::from(([127, 0, 0, 1], port)), demo)
+}
