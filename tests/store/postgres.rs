@@ -899,18 +899,20 @@ async fn the_feed_waits_for_a_transaction_that_numbered_its_event_earlier() {
         held.commit().await.expect("commit");
         // The feed's horizon is the whole server's oldest open transaction:
         // a test running beside this one on the same server may hold it
-        // back for a moment, so the page is asked again until it fills (10
-        // s at most).
-        let mut tries = 0;
-        let page = loop {
-            let page = store.read_after(&page.next, 10).await.unwrap();
-            tries += 1;
-            if !page.events.is_empty() || tries == 500 {
-                break page;
+        // back for a moment (between the two events' transaction ids, so
+        // that only the first shows), so pages are read on from each
+        // page's cursor until both have come (10 s at most).
+        let mut order = Vec::new();
+        let mut cursor = page.next;
+        for _ in 0..500 {
+            let page = store.read_after(&cursor, 10).await.unwrap();
+            order.extend(page.events.iter().map(|e| e.event_uuid));
+            cursor = page.next;
+            if order.len() >= 2 {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let order: Vec<_> = page.events.iter().map(|e| e.event_uuid).collect();
+        }
         assert_eq!(
             order,
             [early.event_uuid, late.event_uuid],
