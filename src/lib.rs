@@ -246,6 +246,7 @@ mod store;
 pub use store::conformance;
 pub use store::error::StoreError;
 pub use store::feed::{EventFeed, FeedCursor, FeedPage};
+pub use store::memory::webhooks::MemoryWebhookStore;
 pub use store::memory::{
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
 };
@@ -255,9 +256,25 @@ pub use store::nats::{NatsEventSink, NatsOptions, StreamNameError};
 pub use store::postgres::{PgStore, PgStoreOptions};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::SqliteStore;
+pub use store::webhooks::{WebhookStore, WebhookWrite};
 pub use store::{
     AccountStore, ApiKeyStore, ClientRegistry, CodeLookup, CodeTake, EventSink, Rotation,
     TokenStore,
+};
+
+// Webhooks: registration, the Standard Webhooks signature, delivery.
+mod webhooks;
+pub use records::webhook::{
+    AttemptRecord, Delivery, DeliveryId, DeliveryNext, DeliveryState, LeasedDelivery, Webhook,
+    WebhookChange, WebhookEventType, WebhookId, WebhookRelation, WebhookStatus,
+};
+pub use webhooks::destination::{MAX_URL_LEN, check_url, is_public_address};
+pub use webhooks::registration::{WebhookFieldError, WebhookSpec};
+pub use webhooks::retry::{RetrySchedule, RetryScheduleError};
+pub use webhooks::signing::WebhookSecret;
+pub use webhooks::transport::{
+    ATTEMPT_TIMEOUT, DestinationRefused, MAX_ANSWER_BYTES, OutgoingRequest, SendOutcome,
+    WebhookTransport,
 };
 
 // Tasks a host spawns on tokio: the only code here that waits on a timer.

@@ -43,9 +43,12 @@ use crate::intake::rate_limit::memory::MemoryRateLimiter;
 use crate::oauth::introspection::ResourceServer;
 use crate::random::{OsRandom, RandomSource};
 use crate::secret::SecretHasher;
+use crate::store::feed::EventFeed;
+use crate::store::memory::webhooks::MemoryWebhookStore;
 use crate::store::memory::{
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
 };
+use crate::store::webhooks::WebhookStore;
 use crate::store::{AccountStore, ApiKeyStore, ClientRegistry, EventSink, TokenStore};
 
 /// The stores a [`Gateway`] works on, one per storage trait.
@@ -61,18 +64,27 @@ pub struct Stores {
     pub api_keys: Arc<dyn ApiKeyStore>,
     /// Accepted conversion events.
     pub events: Arc<dyn EventSink>,
+    /// The recorded events in commit order, which webhook deliveries are
+    /// taken from (the same store as `events`, where that store keeps
+    /// them).
+    pub feed: Arc<dyn EventFeed>,
+    /// Webhooks and their deliveries.
+    pub webhooks: Arc<dyn WebhookStore>,
 }
 
 impl Stores {
     /// Fresh in-memory stores, for tests and for hosts that keep nothing
     /// across restarts.
     pub fn in_memory() -> Self {
+        let events = Arc::new(MemoryEventSink::new());
         Self {
             tokens: Arc::new(MemoryTokenStore::new()),
             clients: Arc::new(MemoryClientRegistry::new()),
             accounts: Arc::new(MemoryAccountStore::new()),
             api_keys: Arc::new(MemoryApiKeyStore::new()),
-            events: Arc::new(MemoryEventSink::new()),
+            events: events.clone(),
+            feed: events,
+            webhooks: Arc::new(MemoryWebhookStore::new()),
         }
     }
 
@@ -81,14 +93,23 @@ impl Stores {
     /// `Stores::sharing(Arc::new(SqliteStore::open(path).await?))`.
     pub fn sharing<S>(store: Arc<S>) -> Self
     where
-        S: TokenStore + ClientRegistry + AccountStore + ApiKeyStore + EventSink + 'static,
+        S: TokenStore
+            + ClientRegistry
+            + AccountStore
+            + ApiKeyStore
+            + EventSink
+            + EventFeed
+            + WebhookStore
+            + 'static,
     {
         Self {
             tokens: store.clone(),
             clients: store.clone(),
             accounts: store.clone(),
             api_keys: store.clone(),
-            events: store,
+            events: store.clone(),
+            feed: store.clone(),
+            webhooks: store,
         }
     }
 }

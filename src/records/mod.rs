@@ -10,6 +10,8 @@
 //! - [`api_key`]: an account's API key.
 //! - [`event`]: recorded conversion events, the submissions that record
 //!   them and the idempotency claims that come with them.
+//! - [`webhook`]: an application's webhook, the deliveries made to it and
+//!   their attempts.
 //!
 //! Accounts ([`crate::account`]) are a shared type of their own. Every
 //! record holds the keyed hash of its secret, never the secret.
@@ -20,3 +22,4 @@ pub(crate) mod event;
 pub(crate) mod grant;
 pub(crate) mod refresh_policy;
 pub(crate) mod tokens;
+pub(crate) mod webhook;

@@ -7,6 +7,7 @@
 //! hold.
 
 mod event_log;
+pub(crate) mod webhooks;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};

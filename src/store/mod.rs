@@ -13,7 +13,8 @@
 //!   [`AccountStore`], [`ApiKeyStore`], [`EventSink`]) and the outcomes of
 //!   their atomic operations; `error.rs`: [`crate::StoreError`], which
 //!   knows nothing of HTTP (the endpoints map it); `feed.rs`: the
-//!   [`EventFeed`](crate::EventFeed) consumers follow;
+//!   [`EventFeed`](crate::EventFeed) consumers follow; `webhooks.rs`:
+//!   [`WebhookStore`](crate::WebhookStore), webhooks and their deliveries;
 //! - `memory.rs`: every trait in memory, for tests and stateless hosts;
 //! - `sqlite/` (feature `sqlite`, the default) and `postgres/` (feature
 //!   `postgres`): every trait on one database, one file per trait group,
@@ -35,6 +36,7 @@ pub(crate) mod postgres;
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
+pub(crate) mod webhooks;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;

@@ -1,0 +1,275 @@
+//! Webhooks: an application's registration of a URL that receives the
+//! account's conversions, the deliveries made to it and their attempts.
+//!
+//! A [`Webhook`] holds no secret: its signing secret is derived from the
+//! server key and the webhook's [`Webhook::secret_salt`] whenever it is
+//! needed (see `webhooks/signing.rs`), so a copy of the database alone
+//! cannot forge a delivery.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::account::AccountId;
+use crate::records::client::ClientId;
+
+/// The identifier of a webhook, answered as its `uuid`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct WebhookId(pub Uuid);
+
+impl fmt::Display for WebhookId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// What a webhook is called for (`event_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WebhookEventType {
+    /// `WEBHOOK.CONVERTED`: a contact converted (every recorded conversion).
+    Converted,
+}
+
+impl WebhookEventType {
+    /// The name on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WebhookEventType::Converted => "WEBHOOK.CONVERTED",
+        }
+    }
+
+    /// The type named `text`, if supported.
+    pub fn parse(text: &str) -> Option<Self> {
+        (text == "WEBHOOK.CONVERTED").then_some(WebhookEventType::Converted)
+    }
+}
+
+/// A relation a delivery may carry beside the contact (`include_relations`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum WebhookRelation {
+    /// `COMPANY`: the contact's company (`contact.company`).
+    Company,
+    /// `CONTACT_FUNNEL`: the contact's funnel stage; the platform has no
+    /// funnel yet, so it is accepted and adds nothing.
+    ContactFunnel,
+}
+
+impl WebhookRelation {
+    /// Every relation, in the order they are answered.
+    pub const ALL: [WebhookRelation; 2] =
+        [WebhookRelation::Company, WebhookRelation::ContactFunnel];
+
+    /// The name on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WebhookRelation::Company => "COMPANY",
+            WebhookRelation::ContactFunnel => "CONTACT_FUNNEL",
+        }
+    }
+
+    /// The relation named `text`.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|relation| relation.as_str() == text)
+    }
+}
+
+/// Whether a webhook is called (`status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WebhookStatus {
+    /// `active`: deliveries are made.
+    Active,
+    /// `inactive`: switched off (by the app, an operator, a `410 Gone`, or
+    /// five days of failures); deliveries already due wait, new
+    /// conversions are not delivered.
+    Inactive,
+}
+
+impl WebhookStatus {
+    /// The name on the wire and in the stores.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WebhookStatus::Active => "active",
+            WebhookStatus::Inactive => "inactive",
+        }
+    }
+
+    /// The status named `text`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "active" => Some(WebhookStatus::Active),
+            "inactive" => Some(WebhookStatus::Inactive),
+            _ => None,
+        }
+    }
+}
+
+/// A registered webhook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Webhook {
+    /// Its identifier (`uuid`).
+    pub id: WebhookId,
+    /// The account whose conversions it receives.
+    pub account_id: AccountId,
+    /// The application that registered it; only it sees and changes it.
+    pub client_id: ClientId,
+    /// What it is called for.
+    pub event_type: WebhookEventType,
+    /// Where deliveries are POSTed.
+    pub url: String,
+    /// The conversion identifiers delivered; empty: every conversion.
+    pub event_identifiers: Vec<String>,
+    /// What deliveries carry beside the contact.
+    pub include_relations: Vec<WebhookRelation>,
+    /// Whether it is called.
+    pub status: WebhookStatus,
+    /// When it was registered; conversions received before are not
+    /// delivered to it.
+    pub created_at: OffsetDateTime,
+    /// When it was last changed.
+    pub updated_at: OffsetDateTime,
+    /// Random bytes its signing secret is derived from, with the server
+    /// key. Not a secret by itself.
+    pub secret_salt: [u8; 16],
+    /// Since when every attempt to it failed, if its last one did: five
+    /// days of that switch it off.
+    pub failing_since: Option<OffsetDateTime>,
+}
+
+impl Webhook {
+    /// Whether a conversion named `conversion_identifier` is delivered to
+    /// it (`event_identifiers` empty, or naming it).
+    pub fn wants(&self, conversion_identifier: &str) -> bool {
+        self.event_identifiers.is_empty()
+            || self
+                .event_identifiers
+                .iter()
+                .any(|wanted| wanted == conversion_identifier)
+    }
+}
+
+/// The identifier of a delivery: sent as `webhook-id` (`msg_` and its
+/// simple form), the same on every attempt, so receivers drop duplicates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeliveryId(pub Uuid);
+
+impl DeliveryId {
+    /// The `webhook-id` header's value.
+    pub fn header_value(&self) -> String {
+        format!("msg_{}", self.0.simple())
+    }
+}
+
+/// Where a delivery is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeliveryState {
+    /// Waiting for its next attempt (or in one).
+    Pending,
+    /// A receiver answered 2xx.
+    Delivered,
+    /// The last retry of the schedule failed, or the receiver answered
+    /// `410 Gone`.
+    Failed,
+}
+
+impl DeliveryState {
+    /// The name in the stores.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Failed => "failed",
+        }
+    }
+
+    /// The state named `text`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "pending" => Some(DeliveryState::Pending),
+            "delivered" => Some(DeliveryState::Delivered),
+            "failed" => Some(DeliveryState::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// One conversion to deliver to one webhook, as the dispatcher records
+/// it. What is sent is built from it at each attempt (the payload's
+/// `timestamp` is the attempt's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// Its identifier (`webhook-id`).
+    pub id: DeliveryId,
+    /// The webhook it goes to.
+    pub webhook_id: WebhookId,
+    /// The conversion delivered.
+    pub event_uuid: Uuid,
+    /// Whose conversion it is (the contact's e-mail, lowercased): the
+    /// deliveries of one contact to one webhook are made in order.
+    pub contact_key: String,
+    /// The delivery body without its `timestamp`, as JSON text.
+    pub body: String,
+    /// When the dispatcher recorded it.
+    pub created_at: OffsetDateTime,
+}
+
+/// A delivery handed to a sender by [`crate::WebhookStore::lease_deliveries`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeasedDelivery {
+    /// The delivery.
+    pub delivery: Delivery,
+    /// The webhook's URL when leased.
+    pub url: String,
+    /// The webhook's secret salt.
+    pub secret_salt: [u8; 16],
+    /// The webhook's `failing_since` when leased.
+    pub failing_since: Option<OffsetDateTime>,
+    /// Attempts made before this one.
+    pub attempts: u32,
+}
+
+/// What an attempt came to, as kept for `GET /integrations/webhooks/{uuid}`
+/// (time, status, error; never a body).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptRecord {
+    /// The delivery attempted.
+    pub delivery_id: DeliveryId,
+    /// The webhook it went to.
+    pub webhook_id: WebhookId,
+    /// When the attempt started.
+    pub at: OffsetDateTime,
+    /// The receiver's status code, if it answered.
+    pub status: Option<u16>,
+    /// Why it failed, if it did (`timeout`, `redirect`, `status 500`, ...).
+    pub error: Option<String>,
+    /// How long it took, in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// What becomes of a delivery after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryNext {
+    /// Delivered: never attempted again.
+    Delivered,
+    /// Attempted again at this time.
+    RetryAt(OffsetDateTime),
+    /// Given up.
+    Failed,
+}
+
+/// What an attempt changes on its webhook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WebhookChange {
+    /// It answered: `failing_since` is cleared.
+    Succeeded,
+    /// It failed: `failing_since` is set to this time unless already set.
+    Failing(OffsetDateTime),
+    /// It is switched off (`410 Gone`, or failing for five days).
+    SwitchOff,
+}

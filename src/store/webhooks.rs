@@ -1,0 +1,196 @@
+//! The storage contract of webhooks: registrations, the deliveries the
+//! dispatcher materialises from the event feed, and their attempts.
+//!
+//! # Why deliveries are taken from the feed, with one persisted cursor
+//!
+//! A delivery must be durable from the moment its conversion is
+//! acknowledged. Two designs give that: record the deliveries in the
+//! transaction that records the event, or follow the event feed (which is
+//! durable, ordered and at least once) with a persisted cursor. We follow
+//! the feed, with one cursor for all webhooks, and materialise each page's
+//! deliveries into an outbox *atomically with the cursor's advance*
+//! ([`WebhookStore::dispatch`]):
+//!
+//! - intake stays as fast as it is: its hot path (the group commit of
+//!   events) gains no lookup of webhooks and no extra rows, and a store
+//!   whose events go elsewhere (JetStream) loses nothing;
+//! - an event is acknowledged only once in the feed, so it reaches the
+//!   outbox however the process dies: the cursor moves only with the
+//!   deliveries of the page it passes;
+//! - the outbox gives each delivery its own retry state, lease and
+//!   attempts, which a cursor per webhook could not (one dead receiver
+//!   would hold back every later conversion of its webhook);
+//! - the dispatch is a compare-and-set on the cursor, so two instances
+//!   reading the same page record its deliveries once.
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+
+use crate::account::AccountId;
+use crate::records::webhook::{
+    AttemptRecord, Delivery, DeliveryId, DeliveryNext, LeasedDelivery, Webhook, WebhookChange,
+    WebhookId, WebhookStatus,
+};
+use crate::store::error::StoreError;
+use crate::store::feed::FeedCursor;
+
+/// What [`WebhookStore::update_webhook`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WebhookWrite {
+    /// Stored.
+    Stored,
+    /// Refused: another webhook of the account has the same URL for the
+    /// same event type. Nothing changed.
+    DuplicateUrl,
+    /// No such webhook. Nothing changed.
+    NotFound,
+}
+
+/// Webhooks and their deliveries.
+#[async_trait]
+pub trait WebhookStore: Send + Sync {
+    /// Stores a new webhook, *atomically* refusing it
+    /// ([`WebhookWrite::DuplicateUrl`]) when a webhook of the same account
+    /// has the same URL and event type, however many callers race.
+    ///
+    /// # Errors
+    /// `Duplicate` if the id exists; `Backend` on failure.
+    async fn insert_webhook(&self, webhook: &Webhook) -> Result<WebhookWrite, StoreError>;
+
+    /// The webhook with this id.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn find_webhook(&self, id: WebhookId) -> Result<Option<Webhook>, StoreError>;
+
+    /// The webhooks of `account`, oldest first (`None`: of every account,
+    /// for operators).
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn list_webhooks(&self, account: Option<AccountId>) -> Result<Vec<Webhook>, StoreError>;
+
+    /// Replaces a webhook's URL, event identifiers, relations and
+    /// `updated_at` (not its status, salt or `failing_since`), refusing
+    /// *atomically* a URL another webhook of the account has for the same
+    /// event type.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn update_webhook(&self, webhook: &Webhook) -> Result<WebhookWrite, StoreError>;
+
+    /// Switches a webhook on or off at `at` (switching on clears
+    /// `failing_since`). Returns whether it exists.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn set_webhook_status(
+        &self,
+        id: WebhookId,
+        status: WebhookStatus,
+        at: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
+
+    /// Deletes a webhook with its deliveries and attempts. Returns whether
+    /// it existed.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn delete_webhook(&self, id: WebhookId) -> Result<bool, StoreError>;
+
+    /// Where the dispatcher is in the event feed ([`FeedCursor::start`]
+    /// before its first dispatch).
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn dispatch_cursor(&self) -> Result<FeedCursor, StoreError>;
+
+    /// Records `deliveries` and moves the dispatcher's cursor from `from`
+    /// to `to`, *atomically*: both or neither. Only when the stored cursor
+    /// is still `from` (a compare-and-set): otherwise another dispatcher
+    /// passed this page first, nothing is recorded and the answer is
+    /// `false`. Deliveries are numbered in the order given, after every
+    /// delivery recorded before, and that number orders the deliveries of
+    /// one contact to one webhook.
+    ///
+    /// # Errors
+    /// `Backend` on failure (then nothing changed).
+    async fn dispatch(
+        &self,
+        from: &FeedCursor,
+        to: &FeedCursor,
+        deliveries: &[Delivery],
+    ) -> Result<bool, StoreError>;
+
+    /// Leases at most `limit` deliveries to this caller until
+    /// `lease_until`, *atomically*: no delivery is leased to two callers
+    /// at once (across processes, for shared databases). A delivery is
+    /// leased only when it is pending, due (its next attempt at or before
+    /// `now`), not leased (or its lease ended before `now`), its webhook is
+    /// active and not in `skip`, and it is the first pending delivery of
+    /// its contact to its webhook (so one contact's deliveries go in
+    /// order). Oldest due first.
+    ///
+    /// # Errors
+    /// `Backend` on failure (then nothing is leased).
+    async fn lease_deliveries(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        limit: usize,
+        skip: &[WebhookId],
+    ) -> Result<Vec<LeasedDelivery>, StoreError>;
+
+    /// Records an attempt and what follows it, *atomically*: the attempt
+    /// is kept, the delivery's attempt count grows by one, it becomes
+    /// `next` (its lease ends), and its webhook takes `change`. Keeps at
+    /// most the last 20 attempts of each webhook.
+    ///
+    /// # Errors
+    /// `Backend` on failure (then nothing changed; the lease runs out and
+    /// the delivery is attempted again).
+    async fn finish_attempt(
+        &self,
+        attempt: &AttemptRecord,
+        next: DeliveryNext,
+        change: WebhookChange,
+    ) -> Result<(), StoreError>;
+
+    /// The last `limit` attempts to a webhook, newest first.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn recent_attempts(
+        &self,
+        webhook: WebhookId,
+        limit: usize,
+    ) -> Result<Vec<AttemptRecord>, StoreError>;
+
+    /// How many deliveries are pending, over every webhook.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn pending_deliveries(&self) -> Result<u64, StoreError>;
+
+    /// The state and attempt count of a delivery, for tests and operators.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn delivery_state(
+        &self,
+        id: DeliveryId,
+    ) -> Result<Option<(crate::records::webhook::DeliveryState, u32)>, StoreError>;
+
+    /// Deletes at most `limit` deliveries that ended (delivered or failed)
+    /// before `cutoff`, with their attempts beyond the last ones kept per
+    /// webhook, and returns how many deliveries it deleted.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn purge_deliveries(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError>;
+}
