@@ -516,6 +516,7 @@ async fn an_invalid_batch_records_nothing_and_names_each_event() {
     let sink = Arc::new(conversion_gateway::MemoryEventSink::new());
     let stores = Stores {
         events: sink.clone(),
+        feed: sink.clone(),
         ..Stores::in_memory()
     };
     let t = Intake::with_stores(stores).await;
@@ -539,6 +540,7 @@ async fn a_retry_with_the_same_idempotency_key_answers_the_first_uuid() {
     let sink = Arc::new(conversion_gateway::MemoryEventSink::new());
     let stores = Stores {
         events: sink.clone(),
+        feed: sink.clone(),
         ..Stores::in_memory()
     };
     let t = Intake::with_stores(stores).await;

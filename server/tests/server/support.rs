@@ -657,13 +657,7 @@ pub async fn sqlite_gateway(
             .await
             .expect("open SQLite"),
     );
-    let stores = Stores {
-        tokens: store.clone(),
-        clients: store.clone(),
-        accounts: store.clone(),
-        api_keys: store.clone(),
-        events: store.clone(),
-    };
+    let stores = Stores::sharing(store.clone());
     let gateway = Gateway::new(
         GatewayConfig::new(BASE_URL),
         stores,
