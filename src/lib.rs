@@ -268,7 +268,13 @@ pub use records::webhook::{
     AttemptRecord, Delivery, DeliveryId, DeliveryNext, DeliveryState, LeasedDelivery, Webhook,
     WebhookChange, WebhookEventType, WebhookId, WebhookRelation, WebhookStatus,
 };
+pub use webhooks::delivery::{AttemptReport, DISPATCH_PAGE, WebhookRound};
 pub use webhooks::destination::{MAX_URL_LEN, check_url, is_public_address};
+pub use webhooks::endpoint::{
+    SHOWN_ATTEMPTS, WebhookCreated, WebhookDeleted, WebhookDetail, WebhookError, WebhookList,
+    WebhookView,
+};
+pub use webhooks::options::{MAX_WEBHOOKS_PER_ACCOUNT, WebhookOptions};
 pub use webhooks::registration::{WebhookFieldError, WebhookSpec};
 pub use webhooks::retry::{RetrySchedule, RetryScheduleError};
 pub use webhooks::signing::WebhookSecret;
@@ -281,7 +287,7 @@ pub use webhooks::transport::{
 #[cfg(feature = "tasks")]
 mod tasks;
 #[cfg(feature = "tasks")]
-pub use tasks::{PURGE_EVERY, purge_every};
+pub use tasks::{PURGE_EVERY, WebhookWorker, deliver_webhooks, purge_every};
 
 // Adapters to the `http` crate's types and to axum.
 #[cfg(feature = "http")]

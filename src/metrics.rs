@@ -13,6 +13,10 @@
 //! | `cg_tokens_issued_total` | counter | `grant_type` | token responses, by `authorization_code` or `refresh_token` |
 //! | `cg_token_refreshes_total` | counter | `outcome` | refreshes, by `rotated`, `kept` (the reuse policy), `grace_replay` (the successor handed out again) or `reuse_detected` (the grant revoked) |
 //! | `cg_revocations_total` | counter | | grants revoked through the revocation endpoint |
+//! | `cg_webhook_attempts_total` | counter | `outcome` | webhook delivery attempts, by `delivered`, `retrying` (failed, attempted again later) or `failed` (given up) |
+//! | `cg_webhook_attempt_seconds` | histogram | | how long a webhook attempt took, to the receiver's answer or the timeout |
+//! | `cg_webhook_backlog` | gauge | | webhook deliveries pending (set by the delivery loop) |
+//! | `cg_webhooks_switched_off_total` | counter | | webhooks switched off by a `410 Gone` or five days of failures |
 //!
 //! Every label value is one of a fixed few: no label ever carries a
 //! secret, an e-mail, an account or a key.
@@ -53,6 +57,9 @@ const GRANT_TYPES: [&str; 2] = ["authorization_code", "refresh_token"];
 /// The outcomes of `cg_token_refreshes_total`.
 const REFRESH_OUTCOMES: [&str; 4] = ["rotated", "kept", "grace_replay", "reuse_detected"];
 
+/// The outcomes of `cg_webhook_attempts_total`.
+const WEBHOOK_OUTCOMES: [&str; 3] = ["delivered", "retrying", "failed"];
+
 /// The `(store, operation)` pairs of `cg_store_operation_seconds`.
 const STORE_OPERATIONS: [(&str, &str); 7] = [
     ("events", "record"),
@@ -92,6 +99,12 @@ pub(crate) fn register() {
         metrics::counter!("cg_token_refreshes_total", "outcome" => outcome).increment(0);
     }
     metrics::counter!("cg_revocations_total").increment(0);
+    for outcome in WEBHOOK_OUTCOMES {
+        metrics::counter!("cg_webhook_attempts_total", "outcome" => outcome).increment(0);
+    }
+    let _ = metrics::histogram!("cg_webhook_attempt_seconds");
+    metrics::gauge!("cg_webhook_backlog").set(0.0);
+    metrics::counter!("cg_webhooks_switched_off_total").increment(0);
 }
 
 /// Registers the group-commit series of `store` at zero, when it opens.
@@ -213,4 +226,26 @@ pub(crate) fn refresh(outcome: &'static str) {
 /// Counts a grant revoked through the revocation endpoint.
 pub(crate) fn revocation() {
     metrics::counter!("cg_revocations_total").increment(1);
+}
+
+/// Counts a webhook attempt that ended as `outcome` after `seconds`.
+pub(crate) fn webhook_attempt(outcome: &'static str, seconds: f64) {
+    debug_assert!(
+        WEBHOOK_OUTCOMES.contains(&outcome),
+        "unregistered {outcome}"
+    );
+    metrics::counter!("cg_webhook_attempts_total", "outcome" => outcome).increment(1);
+    metrics::histogram!("cg_webhook_attempt_seconds").record(seconds);
+}
+
+/// Counts a webhook switched off by its receiver's answers.
+pub(crate) fn webhook_switched_off() {
+    metrics::counter!("cg_webhooks_switched_off_total").increment(1);
+}
+
+/// Sets the number of webhook deliveries pending.
+#[cfg(feature = "tasks")]
+pub(crate) fn webhook_backlog(pending: u64) {
+    #[allow(clippy::cast_precision_loss)] // a backlog of 2^53 is not a concern
+    metrics::gauge!("cg_webhook_backlog").set(pending as f64);
 }

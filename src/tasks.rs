@@ -9,11 +9,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
+use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::error_chain::ErrorChain;
 use crate::gateway::Gateway;
 use crate::gateway::operations::PurgeReport;
+use crate::records::webhook::WebhookId;
+use crate::webhooks::delivery::DISPATCH_PAGE;
 
 /// How often the service binary purges: often enough that expired records
 /// never pile up between two runs, rarely enough that the purge's
@@ -59,12 +64,177 @@ async fn purge_once(gateway: &Gateway) {
         Ok(report) => tracing::info!(
             tokens = report.tokens,
             idempotency_claims = report.idempotency_claims,
+            webhook_deliveries = report.webhook_deliveries,
             "purged expired records"
         ),
         Err(error) => tracing::warn!(
             error = %ErrorChain(&error),
             "purging expired records failed; trying again at the next interval"
         ),
+    }
+}
+
+/// How [`deliver_webhooks`] paces itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WebhookWorker {
+    /// How long it waits when nothing is due before looking again: the
+    /// most a new conversion waits for its first attempt.
+    pub poll: Duration,
+    /// The most attempts in flight at once.
+    pub max_in_flight: usize,
+    /// The most attempts in flight to one webhook (a batch of leases may
+    /// pass it by less than this much): a slow or dead receiver holds at
+    /// most these, and every other webhook keeps the rest.
+    pub max_in_flight_per_webhook: usize,
+    /// How often the `cg_webhook_backlog` gauge is read from the store.
+    pub backlog_every: Duration,
+}
+
+impl Default for WebhookWorker {
+    fn default() -> Self {
+        Self {
+            poll: Duration::from_millis(250),
+            max_in_flight: 64,
+            max_in_flight_per_webhook: 4,
+            backlog_every: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Delivers webhooks for ever: dispatches new conversions from the event
+/// feed into deliveries, and attempts the due ones, many at once, each
+/// webhook at most [`WebhookWorker::max_in_flight_per_webhook`] at a time,
+/// so a receiver that hangs for its whole timeout delays no other webhook
+/// (and intake not at all: it never waits for this task). Spawn it beside
+/// the server, on every instance: on a shared database the instances
+/// share the work through leases, each delivery sent by one of them.
+///
+/// Aborting it (at shutdown) loses nothing: an attempt cut short keeps its
+/// lease until the lease ends, and is then made again. Store failures are
+/// logged (`tracing`, level warn) and retried at the next poll. Nothing it
+/// logs names a URL or a secret (a URL's query may hold the receiver's
+/// own token).
+pub async fn deliver_webhooks(gateway: Arc<Gateway>, worker: WebhookWorker) {
+    let mut in_flight: JoinSet<()> = JoinSet::new();
+    let mut per_webhook: HashMap<WebhookId, usize> = HashMap::new();
+    let mut attempts: HashMap<tokio::task::Id, WebhookId> = HashMap::new();
+    let mut backlog_read = Instant::now() - worker.backlog_every;
+    loop {
+        dispatch_waiting(&gateway).await;
+        lease_and_start(
+            &gateway,
+            &worker,
+            &mut in_flight,
+            &mut per_webhook,
+            &mut attempts,
+        )
+        .await;
+        if backlog_read.elapsed() >= worker.backlog_every {
+            backlog_read = Instant::now();
+            if let Ok(pending) = gateway.webhook_backlog().await {
+                crate::metrics::webhook_backlog(pending);
+            }
+        }
+        // Wake at the next poll, or as soon as an attempt ends (its
+        // webhook may have more due, and its slot is free).
+        tokio::select! {
+            () = tokio::time::sleep(worker.poll) => {}
+            Some(done) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
+                finished(done, &mut per_webhook, &mut attempts);
+                while let Some(done) = in_flight.try_join_next_with_id() {
+                    finished(done, &mut per_webhook, &mut attempts);
+                }
+            }
+        }
+    }
+}
+
+/// Dispatches pages of the feed until none waits (at most 20 pages, so
+/// that a backlog of events does not hold up attempts).
+async fn dispatch_waiting(gateway: &Gateway) {
+    for _ in 0..20 {
+        match gateway.dispatch_webhook_deliveries(DISPATCH_PAGE).await {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(
+                    error = %ErrorChain(&error),
+                    "dispatching webhook deliveries failed; trying again at the next poll"
+                );
+                break;
+            }
+        }
+    }
+}
+
+/// Leases due deliveries while slots are free, a few at a time, and
+/// starts an attempt for each.
+async fn lease_and_start(
+    gateway: &Arc<Gateway>,
+    worker: &WebhookWorker,
+    in_flight: &mut JoinSet<()>,
+    per_webhook: &mut HashMap<WebhookId, usize>,
+    attempts: &mut HashMap<tokio::task::Id, WebhookId>,
+) {
+    let per_cap = worker.max_in_flight_per_webhook.max(1);
+    while in_flight.len() < worker.max_in_flight {
+        let free = worker.max_in_flight - in_flight.len();
+        let skip: Vec<WebhookId> = per_webhook
+            .iter()
+            .filter(|(_, count)| **count >= per_cap)
+            .map(|(id, _)| *id)
+            .collect();
+        let leased = match gateway
+            .lease_webhook_deliveries(free.min(per_cap), &skip)
+            .await
+        {
+            Ok(leased) => leased,
+            Err(error) => {
+                tracing::warn!(
+                    error = %ErrorChain(&error),
+                    "leasing webhook deliveries failed; trying again at the next poll"
+                );
+                return;
+            }
+        };
+        if leased.is_empty() {
+            return;
+        }
+        for delivery in leased {
+            let webhook = delivery.delivery.webhook_id;
+            *per_webhook.entry(webhook).or_default() += 1;
+            let gateway = gateway.clone();
+            let task = in_flight.spawn(async move {
+                if let Err(error) = gateway.attempt_webhook_delivery(&delivery).await {
+                    tracing::warn!(
+                        webhook = %webhook,
+                        error = %ErrorChain(&error),
+                        "recording a webhook attempt failed; the delivery is attempted again when its lease ends"
+                    );
+                }
+            });
+            attempts.insert(task.id(), webhook);
+        }
+    }
+}
+
+/// Frees the slot of an attempt that ended, returned or panicked.
+fn finished(
+    done: Result<(tokio::task::Id, ()), tokio::task::JoinError>,
+    per_webhook: &mut HashMap<WebhookId, usize>,
+    attempts: &mut HashMap<tokio::task::Id, WebhookId>,
+) {
+    let task = match done {
+        Ok((task, ())) => task,
+        Err(error) => error.id(),
+    };
+    if let Some(webhook) = attempts.remove(&task)
+        && let Some(count) = per_webhook.get_mut(&webhook)
+    {
+        *count -= 1;
+        if *count == 0 {
+            per_webhook.remove(&webhook);
+        }
     }
 }
 

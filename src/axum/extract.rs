@@ -12,12 +12,13 @@ use crate::gateway::Gateway;
 use crate::intake::validator::errors::ValidationErrors;
 use crate::request::RequestParts;
 
-/// The largest body of the token and revocation endpoints: a few short
-/// fields, so 16 KiB is generous.
+/// The largest body of the token, revocation, introspection and webhook
+/// routes: a few short fields, so 16 KiB is generous.
 pub const OAUTH_BODY_LIMIT: usize = 16 * 1024;
 
-/// A request to the token or revocation endpoint: its head and its body,
-/// read up to [`OAUTH_BODY_LIMIT`] bytes.
+/// A request to the token, revocation or introspection endpoint, or to a
+/// webhook route: its head and its body, read up to [`OAUTH_BODY_LIMIT`]
+/// bytes.
 ///
 /// A larger body is answered `413 BODY_TOO_LARGE` (JSON) before more of it
 /// is read.

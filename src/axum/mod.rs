@@ -75,7 +75,7 @@ pub use operating::operations_router;
 pub use prometheus::{METRICS_UPKEEP_EVERY, MetricsError, PrometheusMetrics, metrics_router};
 pub use request_log::{REQUEST_ID_HEADER, RequestId, with_request_log};
 pub use respond::{json_errors, panic_as_json, plain_errors_as_json};
-pub use router::{REQUEST_TIMEOUT, router};
+pub use router::{REQUEST_TIMEOUT, WEBHOOKS_PATH, router};
 pub use serve::capacity::{fit_open_files, listen};
 pub use serve::limits::ConnectionLimits;
 pub use serve::signal::shutdown_signal;

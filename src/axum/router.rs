@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::axum::Router;
-use ::axum::extract::State;
+use ::axum::extract::{Path, State};
 use ::axum::response::{IntoResponse as _, Response};
 use ::axum::routing::{get, post};
 use http::StatusCode;
@@ -19,12 +19,16 @@ use crate::axum::respond::{panic_as_json, plain_errors_as_json};
 use crate::gateway::Gateway;
 use crate::oauth::metadata::{INTROSPECTION_PATH, METADATA_PATH, REVOCATION_PATH, TOKEN_PATH};
 
+/// The webhook routes' collection: `GET` lists, `POST` registers;
+/// `{WEBHOOKS_PATH}/{uuid}` reads, replaces and deletes one.
+pub const WEBHOOKS_PATH: &str = "/integrations/webhooks";
+
 /// How long one request may take before it is answered 503 with
 /// `Retry-After`; it also bounds how long a graceful shutdown waits.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The token, revocation, introspection, metadata and event routes, on
-/// `gateway`.
+/// The token, revocation, introspection, metadata, event and webhook
+/// routes, on `gateway`.
 ///
 /// Generic over the state `S` of the host's router, so that it merges into
 /// it (`host_routes.merge(router(gateway))`). A failure the client is told
@@ -42,6 +46,11 @@ pub fn router<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router
         )
         .route("/platform/events", post(event))
         .route("/platform/events/batch", post(batch))
+        .route(WEBHOOKS_PATH, get(list_webhooks).post(create_webhook))
+        .route(
+            "/integrations/webhooks/{uuid}",
+            get(show_webhook).put(update_webhook).delete(delete_webhook),
+        )
         .fallback(not_found)
         // One layer of three: axum wraps each route once per `layer` call,
         // and every wrapper clones and boxes the route again for each
@@ -94,6 +103,47 @@ async fn event(State(gateway): Shared, request: EventRequest) -> HttpAnswer {
 
 async fn batch(State(gateway): Shared, request: EventRequest) -> HttpAnswer {
     settle(&gateway, gateway.record_event_batch(&request.parts()).await)
+}
+
+async fn create_webhook(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
+    settle(&gateway, gateway.create_webhook(&request.parts()).await)
+}
+
+async fn list_webhooks(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
+    settle(&gateway, gateway.list_webhooks(&request.parts()).await)
+}
+
+async fn show_webhook(
+    State(gateway): Shared,
+    Path(uuid): Path<String>,
+    request: OAuthRequest,
+) -> HttpAnswer {
+    settle(
+        &gateway,
+        gateway.show_webhook(&request.parts(), &uuid).await,
+    )
+}
+
+async fn update_webhook(
+    State(gateway): Shared,
+    Path(uuid): Path<String>,
+    request: OAuthRequest,
+) -> HttpAnswer {
+    settle(
+        &gateway,
+        gateway.update_webhook(&request.parts(), &uuid).await,
+    )
+}
+
+async fn delete_webhook(
+    State(gateway): Shared,
+    Path(uuid): Path<String>,
+    request: OAuthRequest,
+) -> HttpAnswer {
+    settle(
+        &gateway,
+        gateway.delete_webhook(&request.parts(), &uuid).await,
+    )
 }
 
 async fn not_found() -> HttpAnswer {

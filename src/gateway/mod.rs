@@ -8,7 +8,7 @@
 //!
 //! | area | file | methods |
 //! |---|---|---|
-//! | construction | `gateway/mod.rs` (here) | [`Gateway::new`], `with_clock`, `with_rate_limiter`, `with_random`, `config`, [`Gateway::answer`] |
+//! | construction | `gateway/mod.rs` (here) | [`Gateway::new`], `with_clock`, `with_rate_limiter`, `with_random`, `with_webhooks`, `config`, [`Gateway::answer`] |
 //! | OAuth: the dialog (RFC 6749 4.1.1, 4.1.2) | `oauth/dialog.rs` | `authorization_request`, `approve`, `deny` |
 //! | OAuth: the token endpoint (4.1.3, 6) | `oauth/token_endpoint.rs`, `oauth/refresh.rs` | `token` |
 //! | OAuth: revocation (RFC 7009) | `oauth/revocation.rs` | `revoke` |
@@ -21,6 +21,8 @@
 //! | intake: API keys | `intake/api_key.rs` | `issue_api_key`, `list_api_keys`, `set_api_key_active` |
 //! | accounts | `gateway/accounts.rs` | `create_account`, `find_account`, `find_account_by_email` |
 //! | operations | `gateway/operations.rs` | `purge_expired`, `readiness` |
+//! | webhooks: registration | `webhooks/endpoint.rs` | `create_webhook`, `list_webhooks`, `show_webhook`, `update_webhook`, `delete_webhook`, `all_webhooks`, `set_webhook_status` |
+//! | webhooks: delivery | `webhooks/delivery.rs` | `dispatch_webhook_deliveries`, `lease_webhook_deliveries`, `attempt_webhook_delivery`, `run_webhooks_once`, `webhook_backlog` |
 //!
 //! `gateway/open.rs` opens [`Stores`] from a URL ([`crate::StoreUrl`]).
 //!
@@ -50,6 +52,7 @@ use crate::store::memory::{
 };
 use crate::store::webhooks::WebhookStore;
 use crate::store::{AccountStore, ApiKeyStore, ClientRegistry, EventSink, TokenStore};
+use crate::webhooks::options::WebhookOptions;
 
 /// The stores a [`Gateway`] works on, one per storage trait.
 #[derive(Clone)]
@@ -136,6 +139,8 @@ pub struct Gateway {
     pub(crate) resource_servers: Vec<ResourceServer>,
     /// Counts events against [`GatewayConfig::rate_limits`].
     pub(crate) rate_limiter: Arc<dyn RateLimiter>,
+    /// How webhooks are registered and delivered.
+    pub(crate) webhooks: WebhookOptions,
 }
 
 impl Gateway {
@@ -157,7 +162,17 @@ impl Gateway {
             random: Arc::new(OsRandom),
             resource_servers: Vec::new(),
             rate_limiter: Arc::new(MemoryRateLimiter::new()),
+            webhooks: WebhookOptions::default(),
         }
+    }
+
+    /// Sets how webhooks are registered and delivered: by default no
+    /// transport, so registration fails its validation call and nothing is
+    /// delivered until a host gives one (`crate::HttpWebhookTransport`
+    /// with feature `webhooks`).
+    pub fn with_webhooks(mut self, options: WebhookOptions) -> Self {
+        self.webhooks = options;
+        self
     }
 
     /// Replaces the clock (tests use a [`crate::ManualClock`]).

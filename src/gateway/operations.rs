@@ -37,13 +37,16 @@ pub struct PurgeReport {
     pub tokens: usize,
     /// Idempotency claims.
     pub idempotency_claims: usize,
+    /// Webhook deliveries that ended (delivered or given up).
+    pub webhook_deliveries: usize,
 }
 
 impl Gateway {
     /// Deletes what stopped being usable more than
     /// [`GatewayConfig::purge_retention`](crate::config::GatewayConfig::purge_retention) ago: expired authorization codes
     /// and access tokens, rotated and expired refresh tokens, the refresh
-    /// tokens of revoked grants, and expired idempotency claims. Events,
+    /// tokens of revoked grants, expired idempotency claims, and webhook
+    /// deliveries that ended (delivered or given up). Events,
     /// accounts, clients, API keys and grants are kept.
     ///
     /// Deletes in batches of [`GatewayConfig::purge_batch`](crate::config::GatewayConfig::purge_batch), each a short
@@ -72,6 +75,13 @@ impl Gateway {
                 .purge_expired_claims(cutoff, batch)
                 .await?;
             report.idempotency_claims += deleted;
+            if deleted < batch {
+                break;
+            }
+        }
+        loop {
+            let deleted = self.stores.webhooks.purge_deliveries(cutoff, batch).await?;
+            report.webhook_deliveries += deleted;
             if deleted < batch {
                 break;
             }

@@ -21,12 +21,12 @@
 //! The records are in `crate::records::webhook`, the storage contract in
 //! `crate::store::webhooks`.
 
+pub(crate) mod delivery;
 pub(crate) mod destination;
-
+pub(crate) mod endpoint;
+pub(crate) mod options;
 pub(crate) mod payload;
 pub(crate) mod registration;
 pub(crate) mod retry;
 pub(crate) mod signing;
 pub(crate) mod transport;
-
-pub use transport::WebhookTransport;

@@ -1,0 +1,61 @@
+//! How a gateway registers and delivers webhooks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::webhooks::retry::RetrySchedule;
+use crate::webhooks::transport::{ATTEMPT_TIMEOUT, NoTransport, WebhookTransport};
+
+/// The most webhooks one account may hold (over every app): each costs a
+/// delivery per conversion, so a token cannot multiply the service's
+/// outgoing traffic without bound.
+pub const MAX_WEBHOOKS_PER_ACCOUNT: usize = 20;
+
+/// How a gateway registers and delivers webhooks
+/// ([`crate::Gateway::with_webhooks`]).
+#[derive(Clone)]
+pub struct WebhookOptions {
+    /// What deliveries and validation calls are sent through. By default
+    /// none: registration answers 401 (the validation call cannot be
+    /// made) and deliveries wait. [`crate::HttpWebhookTransport`] (feature
+    /// `webhooks`) is the crate's own.
+    pub transport: Arc<dyn WebhookTransport>,
+    /// The waits before each attempt of a delivery.
+    pub retry_schedule: RetrySchedule,
+    /// Whether `http` URLs and private addresses are allowed (tests and
+    /// private networks). Give the transport the same setting.
+    pub allow_private: bool,
+    /// How long a receiver has to answer (5 s, as the real service).
+    pub attempt_timeout: Duration,
+    /// How long a sender holds a delivery it leased before another may
+    /// take it: longer than an attempt, so that only a sender that died
+    /// mid-attempt loses its lease.
+    pub lease: Duration,
+    /// The most webhooks per account.
+    pub max_per_account: usize,
+}
+
+impl Default for WebhookOptions {
+    fn default() -> Self {
+        Self {
+            transport: Arc::new(NoTransport),
+            retry_schedule: RetrySchedule::default(),
+            allow_private: false,
+            attempt_timeout: ATTEMPT_TIMEOUT,
+            lease: Duration::from_secs(60),
+            max_per_account: MAX_WEBHOOKS_PER_ACCOUNT,
+        }
+    }
+}
+
+impl std::fmt::Debug for WebhookOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookOptions")
+            .field("retry_schedule", &self.retry_schedule)
+            .field("allow_private", &self.allow_private)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .field("lease", &self.lease)
+            .field("max_per_account", &self.max_per_account)
+            .finish_non_exhaustive()
+    }
+}

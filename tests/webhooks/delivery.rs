@@ -1,0 +1,421 @@
+//! Deliveries, stepped on the manual clock: what is delivered to whom,
+//! signed how, retried when, given up when, and in which order.
+
+use std::time::Duration;
+
+use conversion_gateway::{
+    Clock, DeliveryNext, DeliveryState, RetrySchedule, SendOutcome, WebhookChange, WebhookStatus,
+};
+use serde_json::json;
+
+use crate::support::{Hooks, header, signed_by, status};
+
+const URL: &str = "https://hooks.example.com/in";
+
+#[tokio::test]
+async fn every_conversion_is_delivered_signed_in_the_real_services_shape() {
+    let t = Hooks::new().await;
+    let created = t.register(URL).await;
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    t.receiver.clear();
+    t.f.clock.advance(time::Duration::seconds(10));
+    t.convert("Lead@Example.com", "newsletter-signup").await;
+
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.events_dispatched, 1);
+    assert_eq!(round.attempts.len(), 1);
+    assert_eq!(round.attempts[0].next, DeliveryNext::Delivered);
+    assert_eq!(round.attempts[0].change, WebhookChange::Succeeded);
+
+    let sent = t.receiver.sent();
+    assert_eq!(sent.len(), 1);
+    let request = &sent[0];
+    assert_eq!(request.url, URL);
+    assert!(signed_by(request, &secret), "the signature verifies");
+    assert!(header(request, "webhook-id").starts_with("msg_"));
+    assert_eq!(header(request, "webhook-timestamp"), "1767225610");
+    assert_eq!(request.timeout, Duration::from_secs(5));
+    let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(body["event_type"], "WEBHOOK.CONVERTED");
+    assert_eq!(body["entity_type"], "CONTACT");
+    assert_eq!(body["event_identifier"], "newsletter-signup");
+    assert_eq!(body["timestamp"], "2026-01-01T00:00:10Z");
+    assert_eq!(body["event_timestamp"], "2026-01-01T00:00:10Z");
+    let contact = &body["contact"];
+    assert_eq!(contact["email"], "lead@example.com");
+    assert_eq!(contact["name"], "Ana Lima");
+    assert_eq!(contact["tags"], json!(["lead", "webinar"]));
+    assert_eq!(contact["cf_plan"], "gold");
+    assert!(contact["uuid"].as_str().unwrap().len() == 36);
+    assert!(
+        contact.get("job_title").is_none(),
+        "empty fields are left out"
+    );
+
+    // Nothing more to do.
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.events_dispatched, 0);
+    assert!(round.attempts.is_empty());
+}
+
+#[tokio::test]
+async fn event_identifiers_filter_and_earlier_conversions_are_not_delivered() {
+    let t = Hooks::new().await;
+    t.convert("before@example.com", "demo").await;
+    t.f.clock.advance(time::Duration::seconds(1));
+    t.register_with(json!({ "event_identifiers": ["demo"] }))
+        .await;
+    let all = t.register("https://hooks.example.com/all").await;
+    t.receiver.clear();
+    t.convert("a@example.com", "demo").await;
+    t.convert("b@example.com", "newsletter").await;
+    t.gateway().run_webhooks_once().await.unwrap();
+    let filtered: Vec<String> = t
+        .receiver
+        .bodies_to(URL)
+        .iter()
+        .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(filtered, ["a@example.com"]);
+    let everything: Vec<String> = t
+        .receiver
+        .bodies_to(all["url"].as_str().unwrap())
+        .iter()
+        .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(everything, ["a@example.com", "b@example.com"]);
+}
+
+#[tokio::test]
+async fn a_batch_is_one_delivery_per_contact() {
+    let t = Hooks::new().await;
+    t.register(URL).await;
+    t.receiver.clear();
+    let batch = json!([
+        conversion_gateway_testkit::conversion_body("one@example.com"),
+        conversion_gateway_testkit::conversion_body("two@example.com"),
+        conversion_gateway_testkit::conversion_body("three@example.com"),
+    ])
+    .to_string();
+    let authorization = format!("Bearer {}", t.access);
+    t.gateway()
+        .record_event_batch(&conversion_gateway::RequestParts {
+            content_type: Some("application/json"),
+            authorization: Some(&authorization),
+            body: batch.as_bytes(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    t.gateway().run_webhooks_once().await.unwrap();
+    let emails: Vec<String> = t
+        .receiver
+        .bodies_to(URL)
+        .iter()
+        .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        emails,
+        ["one@example.com", "two@example.com", "three@example.com"]
+    );
+    let ids: std::collections::HashSet<String> = t
+        .receiver
+        .sent()
+        .iter()
+        .map(|request| header(request, "webhook-id"))
+        .collect();
+    assert_eq!(ids.len(), 3, "each delivery has its own id");
+}
+
+#[tokio::test]
+async fn failures_are_retried_on_the_schedule_with_the_same_id_then_given_up() {
+    let schedule: RetrySchedule = "0s,5s,5m".parse().unwrap();
+    let t = Hooks::with_schedule(schedule).await;
+    t.register(URL).await;
+    t.receiver.clear();
+    t.receiver
+        .answer(URL, [status(500), SendOutcome::TimedOut, status(503)]);
+    t.convert("lead@example.com", "signup").await;
+
+    let first = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(first.attempts.len(), 1);
+    let DeliveryNext::RetryAt(at) = first.attempts[0].next else {
+        panic!("{:?}", first.attempts[0].next);
+    };
+    // 5 s, within the 10 % jitter.
+    let wait = at - t.f.clock.now();
+    assert!(
+        wait >= time::Duration::milliseconds(4500) && wait <= time::Duration::milliseconds(5500),
+        "{wait}"
+    );
+    // Not yet due.
+    t.f.clock.advance(time::Duration::seconds(4));
+    assert!(
+        t.gateway()
+            .run_webhooks_once()
+            .await
+            .unwrap()
+            .attempts
+            .is_empty()
+    );
+    t.f.clock.advance(time::Duration::seconds(2));
+    let second = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(second.attempts.len(), 1);
+    assert!(matches!(second.attempts[0].next, DeliveryNext::RetryAt(_)));
+    t.f.clock.advance(time::Duration::minutes(6));
+    let third = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(
+        third.attempts[0].next,
+        DeliveryNext::Failed,
+        "the schedule's last attempt"
+    );
+    t.f.clock.advance(time::Duration::days(1));
+    assert!(
+        t.gateway()
+            .run_webhooks_once()
+            .await
+            .unwrap()
+            .attempts
+            .is_empty()
+    );
+
+    let sent = t.receiver.sent();
+    assert_eq!(sent.len(), 3);
+    let id = header(&sent[0], "webhook-id");
+    assert!(
+        sent.iter()
+            .all(|request| header(request, "webhook-id") == id)
+    );
+    let state =
+        t.f.stores
+            .webhooks
+            .delivery_state(first.attempts[0].delivery_id)
+            .await
+            .unwrap();
+    assert_eq!(state, Some((DeliveryState::Failed, 3)));
+
+    // The webhook shows its last attempts, newest first, without bodies.
+    let uuid = t.gateway().all_webhooks().await.unwrap()[0].id.to_string();
+    let shown = t.call("GET", Some(&uuid), None).await;
+    let attempts = shown.json_body().unwrap()["last_attempts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let statuses: Vec<serde_json::Value> = attempts.iter().map(|a| a["status"].clone()).collect();
+    assert_eq!(statuses, [json!(503), json!(null), json!(500)]);
+    assert_eq!(attempts[1]["error"], "timeout");
+    assert_eq!(attempts[2]["error"], "status 500");
+    assert!(
+        attempts
+            .iter()
+            .all(|a| a["at"].is_string() && a.get("body").is_none())
+    );
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured() {
+    let t = Hooks::new().await;
+    t.register(URL).await;
+    t.receiver.answer(
+        URL,
+        [SendOutcome::Answered {
+            status: 429,
+            retry_after: Some("120".into()),
+        }],
+    );
+    t.convert("lead@example.com", "signup").await;
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(
+        round.attempts[0].next,
+        DeliveryNext::RetryAt(t.f.clock.now() + time::Duration::seconds(120))
+    );
+    t.f.clock.advance(time::Duration::seconds(60));
+    assert!(
+        t.gateway()
+            .run_webhooks_once()
+            .await
+            .unwrap()
+            .attempts
+            .is_empty()
+    );
+    t.f.clock.advance(time::Duration::seconds(61));
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.attempts[0].next, DeliveryNext::Delivered);
+}
+
+#[tokio::test]
+async fn gone_switches_the_webhook_off_and_later_conversions_wait_for_it() {
+    let t = Hooks::new().await;
+    let created = t.register(URL).await;
+    let uuid = created["uuid"].as_str().unwrap().to_owned();
+    t.receiver.answer(URL, [status(410)]);
+    t.convert("lead@example.com", "signup").await;
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.attempts[0].next, DeliveryNext::Failed);
+    assert_eq!(round.attempts[0].change, WebhookChange::SwitchOff);
+    let shown = t.call("GET", Some(&uuid), None).await;
+    assert_eq!(shown.json_body().unwrap()["status"], "inactive");
+    // Switched off: new conversions are not delivered to it.
+    t.convert("later@example.com", "signup").await;
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.events_dispatched, 1);
+    assert!(round.attempts.is_empty());
+}
+
+#[tokio::test]
+async fn a_webhook_failing_for_five_days_in_a_row_is_switched_off_and_its_deliveries_wait() {
+    let t = Hooks::new().await;
+    let created = t.register(URL).await;
+    let uuid = created["uuid"].as_str().unwrap().to_owned();
+    let id = conversion_gateway::WebhookId(uuid.parse().unwrap());
+    t.receiver.answer(URL, (0..200).map(|_| status(500)));
+    let mut switched_at = None;
+    // A conversion a day, each retried on the default schedule.
+    for day in 0..7 {
+        t.convert(&format!("day{day}@example.com"), "signup").await;
+        for _ in 0..48 {
+            let round = t.gateway().run_webhooks_once().await.unwrap();
+            if switched_at.is_none()
+                && round
+                    .attempts
+                    .iter()
+                    .any(|a| a.change == WebhookChange::SwitchOff)
+            {
+                switched_at = Some(t.f.clock.now());
+            }
+            t.f.clock.advance(time::Duration::minutes(30));
+        }
+    }
+    let switched_at = switched_at.expect("switched off");
+    let first_failure = conversion_gateway::ManualClock::at_epoch_of_tests().now();
+    let failing_for = switched_at - first_failure;
+    assert!(
+        failing_for >= time::Duration::days(5) && failing_for < time::Duration::days(6),
+        "{failing_for}"
+    );
+    let webhook = t.f.stores.webhooks.find_webhook(id).await.unwrap().unwrap();
+    assert_eq!(webhook.status, WebhookStatus::Inactive);
+    // Nothing is attempted while it is off; switched back on, the
+    // deliveries still pending go out, and a success clears its failures.
+    let before = t.receiver.sent().len();
+    t.f.clock.advance(time::Duration::days(1));
+    t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(t.receiver.sent().len(), before);
+    assert!(t.gateway().webhook_backlog().await.unwrap() > 0);
+    t.receiver.forget_answers(URL);
+    t.gateway()
+        .set_webhook_status(id, WebhookStatus::Active)
+        .await
+        .unwrap();
+    for _ in 0..400 {
+        t.gateway().run_webhooks_once().await.unwrap();
+        if t.gateway().webhook_backlog().await.unwrap() == 0 {
+            break;
+        }
+        t.f.clock.advance(time::Duration::hours(1));
+    }
+    assert_eq!(t.gateway().webhook_backlog().await.unwrap(), 0);
+    let webhook = t.f.stores.webhooks.find_webhook(id).await.unwrap().unwrap();
+    assert_eq!(webhook.failing_since, None);
+    assert_eq!(webhook.status, WebhookStatus::Active);
+}
+
+#[tokio::test]
+async fn one_contacts_deliveries_keep_their_order_while_others_pass() {
+    let t = Hooks::new().await;
+    t.register(URL).await;
+    t.receiver.clear();
+    // The first delivery of a@ fails and waits for its retry.
+    t.receiver.answer(URL, [status(500)]);
+    t.convert("a@example.com", "first").await;
+    t.convert("a@example.com", "second").await;
+    t.convert("b@example.com", "other").await;
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    let sent: Vec<(String, String)> = t
+        .receiver
+        .bodies_to(URL)
+        .iter()
+        .map(|b| {
+            (
+                b["contact"]["email"].as_str().unwrap().to_owned(),
+                b["event_identifier"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("a@example.com".into(), "first".into()),
+            ("b@example.com".into(), "other".into())
+        ],
+        "a@'s second waits behind its first; b@ is not held up"
+    );
+    assert_eq!(round.attempts.len(), 2);
+    t.f.clock.advance(time::Duration::seconds(6));
+    t.gateway().run_webhooks_once().await.unwrap();
+    t.gateway().run_webhooks_once().await.unwrap();
+    let order: Vec<String> = t
+        .receiver
+        .bodies_to(URL)
+        .iter()
+        .filter(|b| b["contact"]["email"] == "a@example.com")
+        .map(|b| b["event_identifier"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(order, ["first", "first", "second"]);
+}
+
+#[tokio::test]
+async fn a_deleted_webhook_takes_its_pending_deliveries_with_it() {
+    let t = Hooks::new().await;
+    let created = t.register(URL).await;
+    t.receiver.answer(URL, [status(500)]);
+    t.convert("lead@example.com", "signup").await;
+    t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(t.gateway().webhook_backlog().await.unwrap(), 1);
+    let uuid = created["uuid"].as_str().unwrap();
+    assert_eq!(t.call("DELETE", Some(uuid), None).await.status, 204);
+    assert_eq!(t.gateway().webhook_backlog().await.unwrap(), 0);
+    t.f.clock.advance(time::Duration::hours(1));
+    assert!(
+        t.gateway()
+            .run_webhooks_once()
+            .await
+            .unwrap()
+            .attempts
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn the_purge_deletes_ended_deliveries_past_the_retention() {
+    let t = Hooks::new().await;
+    t.register(URL).await;
+    t.convert("lead@example.com", "signup").await;
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    let id = round.attempts[0].delivery_id;
+    let report = t.gateway().purge_expired().await.unwrap();
+    assert_eq!(report.webhook_deliveries, 0, "not past the retention yet");
+    t.f.clock.advance(time::Duration::days(8));
+    let report = t.gateway().purge_expired().await.unwrap();
+    assert_eq!(report.webhook_deliveries, 1);
+    assert_eq!(t.f.stores.webhooks.delivery_state(id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_gateway_without_a_transport_registers_nothing() {
+    let f = conversion_gateway_testkit::Fixture::new().await;
+    let (access, _) = f.tokens().await;
+    let body = crate::support::webhook_body(URL).to_string();
+    let authorization = format!("Bearer {access}");
+    let answer = f.gateway.answer(
+        f.gateway
+            .create_webhook(&conversion_gateway::RequestParts {
+                content_type: Some("application/json"),
+                authorization: Some(&authorization),
+                body: body.as_bytes(),
+                ..Default::default()
+            })
+            .await,
+    );
+    assert_eq!(answer.status, 401);
+}
