@@ -22,6 +22,8 @@
 //! `crate::store::webhooks`.
 
 pub(crate) mod destination;
+#[cfg(feature = "webhooks")]
+pub(crate) mod http;
 
 pub(crate) mod payload;
 pub(crate) mod registration;
