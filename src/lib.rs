@@ -275,6 +275,8 @@ pub use webhooks::endpoint::{
     WebhookView,
 };
 pub use webhooks::options::{MAX_WEBHOOKS_PER_ACCOUNT, WebhookOptions};
+#[cfg(feature = "webhooks")]
+pub use webhooks::http::{HttpTransportError, HttpWebhookTransport};
 pub use webhooks::registration::{WebhookFieldError, WebhookSpec};
 pub use webhooks::retry::{RetrySchedule, RetryScheduleError};
 pub use webhooks::signing::WebhookSecret;

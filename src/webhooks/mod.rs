@@ -25,6 +25,9 @@ pub(crate) mod delivery;
 pub(crate) mod destination;
 pub(crate) mod endpoint;
 pub(crate) mod options;
+#[cfg(feature = "webhooks")]
+pub(crate) mod http;
+
 pub(crate) mod payload;
 pub(crate) mod registration;
 pub(crate) mod retry;
