@@ -1,6 +1,7 @@
 //! The whole service on axum and SQLite: the JSON routes, the sign-in and
 //! consent dialog, the account's page of connected applications, `/healthz`
-//! and `/readyz`, the request log, the purge, and the hardened accept loop.
+//! and `/readyz`, the request log, the purge, webhooks with their delivery
+//! loop, and the hardened accept loop.
 //! `cargo run --example axum -- 127.0.0.1:8082` writes an app, an account
 //! and an API key to try it with to `axum-example.json`. A host merges its
 //! own routes in; one that signs its users in passes `SignInMethod::host`.
@@ -14,8 +15,9 @@ use conversion_gateway::axum::{
 };
 use conversion_gateway::{
     Account, Argon2Passwords, Argon2Verifier, ClientRegistration, Gateway, GatewayConfig,
-    HashingLimit, OsRandom, PURGE_EVERY, PageFlows, ServerKey, SignInMethod, StoreUrl, SystemClock,
-    ThrottleLimits, purge_every, random_token, write_private_file,
+    HashingLimit, HttpWebhookTransport, OsRandom, PURGE_EVERY, PageFlows, ServerKey, SignInMethod,
+    StoreUrl, SystemClock, ThrottleLimits, WebhookOptions, WebhookWorker, deliver_webhooks,
+    purge_every, random_token, write_private_file,
 };
 
 #[tokio::main]
@@ -27,11 +29,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let limits = conversion_gateway::axum::fit_open_files(ConnectionLimits::default());
     let listener = conversion_gateway::axum::listen(&address, &limits).await?;
     let base_url = format!("http://{}", listener.local_addr()?);
-    let gateway = Arc::new(Gateway::new(
-        GatewayConfig::new(base_url.as_str()),
-        store.stores(),
-        key.hasher(),
-    ));
+    // Webhooks to public https URLs only, retried on the default schedule.
+    let webhooks = WebhookOptions {
+        transport: Arc::new(HttpWebhookTransport::new(false)?),
+        ..WebhookOptions::default()
+    };
+    let gateway = Arc::new(
+        Gateway::new(
+            GatewayConfig::new(base_url.as_str()),
+            store.stores(),
+            key.hasher(),
+        )
+        .with_webhooks(webhooks),
+    );
 
     // Our sign-in form: Argon2id, one check per core, failures throttled.
     let passwords = Argon2Passwords::recommended();
@@ -45,11 +55,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = router(gateway.clone())
         .merge(pages::routes(PagesState::new(flows)))
         .merge(operations_router(gateway.clone()));
-    let purge = tokio::spawn(purge_every(gateway, PURGE_EVERY));
+    let purge = tokio::spawn(purge_every(gateway.clone(), PURGE_EVERY));
+    let deliveries = tokio::spawn(deliver_webhooks(gateway, WebhookWorker::default()));
     let shutdown = shutdown_signal(); // Ctrl-C or SIGTERM, handled from here on.
     println!("listening on {base_url}; credentials in axum-example.json");
     conversion_gateway::axum::serve(listener, with_request_log(app), limits, shutdown).await;
     purge.abort();
+    deliveries.abort();
     store.close().await;
     Ok(())
 }

@@ -274,9 +274,9 @@ pub use webhooks::endpoint::{
     SHOWN_ATTEMPTS, WebhookCreated, WebhookDeleted, WebhookDetail, WebhookError, WebhookList,
     WebhookView,
 };
-pub use webhooks::options::{MAX_WEBHOOKS_PER_ACCOUNT, WebhookOptions};
 #[cfg(feature = "webhooks")]
 pub use webhooks::http::{HttpTransportError, HttpWebhookTransport};
+pub use webhooks::options::{MAX_WEBHOOKS_PER_ACCOUNT, WebhookOptions};
 pub use webhooks::registration::{WebhookFieldError, WebhookSpec};
 pub use webhooks::retry::{RetrySchedule, RetryScheduleError};
 pub use webhooks::signing::WebhookSecret;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{Command, CommandFactory as _, FromArgMatches as _, Parser};
 use conversion_gateway::axum::ConnectionLimits;
-use conversion_gateway::{GatewayConfig, NatsOptions, RefreshPolicy, StoreUrl};
+use conversion_gateway::{GatewayConfig, NatsOptions, RefreshPolicy, RetrySchedule, StoreUrl};
 
 use crate::limits::LimitSettings;
 
@@ -101,6 +101,17 @@ pub struct Args {
     /// monitoring reaches) instead of beside the API [default: beside it]
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// The waits before each attempt of a webhook delivery, the first
+    /// before the first attempt (units ms, s, m, h, d); after the last, a
+    /// delivery that failed is given up. Each wait varies by 10 %, and a
+    /// receiver's longer Retry-After is honoured
+    #[arg(long, value_name = "WAITS", default_value = "0s,5s,5m,30m,2h,5h,10h,10h", value_parser = parsed::<RetrySchedule>("--webhook-retry-schedule"))]
+    pub webhook_retry_schedule: RetrySchedule,
+    /// Allow webhook URLs over http and to loopback, private and link-local
+    /// addresses: for tests and private networks only (by default a URL
+    /// must be https and resolve to public addresses only)
+    #[arg(long)]
+    pub webhooks_allow_private: bool,
 }
 
 /// What `--help` says after the flags, around the list of `admin` commands:

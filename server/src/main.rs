@@ -6,7 +6,8 @@
 //! cargo run -p conversion-gateway-server -- admin client create --name "Lead Sync" --redirect-uri https://app.example/cb
 //! ```
 //!
-//! The routes, the pages, operations, the accept loop, the purge, and the
+//! The routes, the pages, operations, the accept loop, the purge, webhook
+//! delivery, and the
 //! stores, limiter and key file the flags name are the library's
 //! (`conversion_gateway::axum`); the rest is what a host owns:
 //!
@@ -36,8 +37,9 @@ use conversion_gateway::axum::{
 };
 use conversion_gateway::{
     Argon2Passwords, Argon2Verifier, ErrorChain, Gateway, GatewayConfig, HashingLimit,
-    NatsEventSink, OpenedStore, OsRandom, PageFlows, ResourceServersError, ServerKey, SignInMethod,
-    StoreUrl, SystemClock, ThrottleLimits, write_private_file,
+    HttpWebhookTransport, NatsEventSink, OpenedStore, OsRandom, PageFlows, ResourceServersError,
+    ServerKey, SignInMethod, StoreUrl, SystemClock, ThrottleLimits, WebhookOptions, WebhookWorker,
+    write_private_file,
 };
 use tokio::net::TcpListener;
 use tracing::Level;
@@ -168,8 +170,23 @@ async fn start(args: &Args) -> Result<Started, String> {
             .map_err(|error| format!("--events: {}", ErrorChain(&error)))?;
         stores.events = Arc::new(sink);
     }
+    if args.events.is_some() {
+        tracing::warn!(
+            "webhooks are delivered from the store's event feed; with --events the events \
+             go to NATS instead, and no webhook is called"
+        );
+    }
+    let transport = HttpWebhookTransport::new(args.webhooks_allow_private)
+        .map_err(|error| format!("cannot build the webhook client: {}", ErrorChain(&error)))?;
+    let webhooks = WebhookOptions {
+        transport: Arc::new(transport),
+        retry_schedule: args.webhook_retry_schedule.clone(),
+        allow_private: args.webhooks_allow_private,
+        ..WebhookOptions::default()
+    };
     let mut gateway = Gateway::new(config, stores.clone(), key.hasher())
-        .with_rate_limiter(args.limits.limiter()?);
+        .with_rate_limiter(args.limits.limiter()?)
+        .with_webhooks(webhooks);
     if let Some(path) = &args.resource_servers {
         let shown = path.display();
         let text = std::fs::read_to_string(path)
@@ -214,6 +231,8 @@ async fn start(args: &Args) -> Result<Started, String> {
         %base_url,
         store = %args.store,
         events = if args.events.is_some() { "nats" } else { "store" },
+        webhook_retry_schedule = %args.webhook_retry_schedule,
+        webhooks_allow_private = args.webhooks_allow_private,
         rate_limits = %args.limits.store,
         max_connections = connections.max_connections,
         "listening"
@@ -251,6 +270,10 @@ impl Started {
             conversion_gateway::PURGE_EVERY,
         ));
         let upkeep = tokio::spawn(self.metrics.clone().upkeep(METRICS_UPKEEP_EVERY));
+        let webhooks = tokio::spawn(conversion_gateway::deliver_webhooks(
+            self.gateway.clone(),
+            WebhookWorker::default(),
+        ));
         // The library's pages, JSON routes and operator's routes, each
         // answering its own panics; /metrics beside them, or on its own
         // listener.
@@ -283,8 +306,11 @@ impl Started {
         // store. Closing it checkpoints SQLite's write-ahead log. A purge
         // cut off here loses nothing: each of its statements is atomic, and
         // the next start carries on.
+        // Attempts cut off here keep their lease until it ends, and are
+        // made again then (by this server after a restart, or another).
         purge.abort();
         upkeep.abort();
+        webhooks.abort();
         self.store.close().await;
         match drained {
             Drained::All => tracing::info!("stopped"),

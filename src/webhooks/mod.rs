@@ -24,10 +24,9 @@
 pub(crate) mod delivery;
 pub(crate) mod destination;
 pub(crate) mod endpoint;
-pub(crate) mod options;
 #[cfg(feature = "webhooks")]
 pub(crate) mod http;
-
+pub(crate) mod options;
 pub(crate) mod payload;
 pub(crate) mod registration;
 pub(crate) mod retry;

@@ -127,18 +127,19 @@ fn parse_wait(part: &str) -> Result<Duration, RetryScheduleError> {
         .ok_or_else(|| RetryScheduleError::Invalid(part.to_owned()))
 }
 
-/// Why a retry schedule was refused.
+/// Why a retry schedule was refused; the message follows the setting's
+/// name (`--webhook-retry-schedule has ...`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RetryScheduleError {
     /// No wait at all.
-    #[error("the retry schedule needs at least one wait (such as 0s,5s,5m)")]
+    #[error("needs at least one wait (such as 0s,5s,5m)")]
     Empty,
     /// A wait without a unit.
-    #[error("`{0}` needs a unit: ms, s, m, h or d (such as 5s)")]
+    #[error("has `{0}` without a unit: use ms, s, m, h or d (such as 5s)")]
     NoUnit(String),
     /// A wait that is not a number and a unit, or longer than 30 days.
-    #[error("`{0}` is not a wait of at most 30 days such as 500ms, 5s, 5m, 2h or 1d")]
+    #[error("has `{0}`, not a wait of at most 30 days such as 500ms, 5s, 5m, 2h or 1d")]
     Invalid(String),
 }
 

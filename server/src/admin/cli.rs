@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{ArgAction, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use conversion_gateway::{
-    Account, ApiKeyId, ClientId, GrantId, StoreUrl, is_registrable_redirect_uri,
+    Account, ApiKeyId, ClientId, GrantId, StoreUrl, WebhookId, is_registrable_redirect_uri,
 };
 use uuid::Uuid;
 
@@ -20,7 +20,8 @@ use crate::cli::{hyphen_values, message, parsed, print_help};
     name = "conversion-gateway admin",
     bin_name = "conversion-gateway admin",
     about = "\
-Operator commands on the server's store: accounts, apps, API keys, grants.
+Operator commands on the server's store: accounts, apps, API keys, grants,
+webhooks.
 Each prints one JSON object on stdout and exits 0; a failure exits non-zero
 with one line on stderr. Secrets are printed once, on stdout only.",
     override_usage = "conversion-gateway admin COMMAND [OPTIONS]",
@@ -80,6 +81,36 @@ pub enum Command {
     /// Grants: revoke
     #[command(subcommand)]
     Grant(GrantCommand),
+    /// Webhooks: list, disable, enable
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
+}
+
+/// `webhook ...`.
+#[derive(Subcommand)]
+pub enum WebhookCommand {
+    /// Every webhook of every account, oldest first, without secrets:
+    /// {"webhooks": [{"uuid", "account_id", "client_id", "event_type",
+    /// "url", "event_identifiers", "status", "failing_since",
+    /// "created_at", "updated_at"}], "pending_deliveries"}
+    #[command(verbatim_doc_comment)]
+    List,
+    /// Switches the webhook off: deliveries already due wait, new
+    /// conversions are not delivered to it: {"uuid", "status"}
+    #[command(verbatim_doc_comment)]
+    Disable(WebhookArg),
+    /// Switches the webhook back on, its failures forgotten; the
+    /// deliveries that waited go out: {"uuid", "status"}
+    #[command(verbatim_doc_comment)]
+    Enable(WebhookArg),
+}
+
+/// `--id` of a webhook.
+#[derive(clap::Args)]
+pub struct WebhookArg {
+    /// The webhook's uuid, as `webhook list` prints it
+    #[arg(long, value_name = "UUID", value_parser = |text: &str| uuid(text, "a webhook").map(WebhookId))]
+    pub id: WebhookId,
 }
 
 /// `account ...`.

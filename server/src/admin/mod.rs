@@ -1,6 +1,6 @@
 //! The operator's commands (`conversion-gateway admin ...`): create
 //! accounts, register and manage apps, issue and switch API keys, list and
-//! revoke grants, on the store and with the key the server uses, without
+//! revoke grants, list and switch webhooks, on the store and with the key the server uses, without
 //! starting the server or seeding its demo data.
 //!
 //! A command line is parsed whole into a [`Command`] first (`cli.rs`; pure:
@@ -24,12 +24,15 @@ use std::process::ExitCode;
 use conversion_gateway::{
     Account, ApiKeyError, ApiKeyId, Argon2Passwords, ClientId, ClientRegistration,
     ClientUpdateError, ErrorChain, Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
-    random_token,
+    WebhookId, WebhookStatus, random_token,
 };
 use serde_json::{Value, json};
+use time::format_description::well_known::Rfc3339;
 
 use crate::server_key;
-use cli::{AccountCommand, AdminLine, ApiKeyCommand, ClientCommand, Command, GrantCommand};
+use cli::{
+    AccountCommand, AdminLine, ApiKeyCommand, ClientCommand, Command, GrantCommand, WebhookCommand,
+};
 
 pub use cli::synopses;
 
@@ -198,6 +201,13 @@ impl Command {
                 })?;
                 Ok(json!({ "grants": grants }))
             }
+            Command::Webhook(WebhookCommand::List) => webhook_list(gateway).await,
+            Command::Webhook(WebhookCommand::Disable(webhook)) => {
+                webhook_status(gateway, webhook.id, WebhookStatus::Inactive).await
+            }
+            Command::Webhook(WebhookCommand::Enable(webhook)) => {
+                webhook_status(gateway, webhook.id, WebhookStatus::Active).await
+            }
             Command::Grant(GrantCommand::Revoke { id: grant }) => {
                 let found = gateway
                     .revoke_grant(grant)
@@ -210,6 +220,53 @@ impl Command {
             }
         }
     }
+}
+
+/// `webhook list`.
+async fn webhook_list(gateway: &Gateway) -> Result<Value, Failure> {
+    let webhooks = gateway
+        .all_webhooks()
+        .await
+        .map_err(store_failure("list the webhooks"))?;
+    let pending = gateway
+        .webhook_backlog()
+        .await
+        .map_err(store_failure("count the pending deliveries"))?;
+    let time = |at: time::OffsetDateTime| at.format(&Rfc3339).unwrap_or_default();
+    let listed: Vec<Value> = webhooks
+        .iter()
+        .map(|webhook| {
+            json!({
+                "uuid": webhook.id.to_string(),
+                "account_id": webhook.account_id.0.to_string(),
+                "client_id": webhook.client_id.as_str(),
+                "event_type": webhook.event_type.as_str(),
+                "url": webhook.url,
+                "event_identifiers": webhook.event_identifiers,
+                "status": webhook.status.as_str(),
+                "failing_since": webhook.failing_since.map(time),
+                "created_at": time(webhook.created_at),
+                "updated_at": time(webhook.updated_at),
+            })
+        })
+        .collect();
+    Ok(json!({ "webhooks": listed, "pending_deliveries": pending }))
+}
+
+/// `webhook disable` and `webhook enable`.
+async fn webhook_status(
+    gateway: &Gateway,
+    webhook: WebhookId,
+    status: WebhookStatus,
+) -> Result<Value, Failure> {
+    let found = gateway
+        .set_webhook_status(webhook, status)
+        .await
+        .map_err(store_failure("switch the webhook"))?;
+    if !found {
+        return Err(Failure::Failed(format!("no webhook has the id {webhook}")));
+    }
+    Ok(json!({ "uuid": webhook.to_string(), "status": status.as_str() }))
 }
 
 /// `client disable` and `client enable`.

@@ -24,9 +24,9 @@ const PKCE_VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
 const PKCE_CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
 
 /// `server admin ARGS`: its exit status, stdout and stderr.
-struct Ran {
+pub(crate) struct Ran {
     args: Vec<String>,
-    status: ExitStatus,
+    pub(crate) status: ExitStatus,
     stdout: String,
     stderr: String,
 }
@@ -53,7 +53,7 @@ fn admin(args: &[&str]) -> Ran {
 impl Ran {
     /// The one JSON object a successful command prints; nothing on stderr.
     #[track_caller]
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         assert!(self.status.success(), "{self:?}");
         assert_eq!(self.stderr, "", "{self:?}");
         assert_eq!(self.stdout.lines().count(), 1, "{self:?}");
@@ -95,17 +95,17 @@ impl std::fmt::Debug for Ran {
 
 /// A store the commands and a server share, with the key file beside it:
 /// an SQLite file or a PostgreSQL schema of one test's own.
-struct SharedStore {
+pub(crate) struct SharedStore {
     /// The `--store` value.
-    store: String,
-    key_file: PathBuf,
+    pub(crate) store: String,
+    pub(crate) key_file: PathBuf,
     _dir: TempDir,
     #[cfg(feature = "postgres")]
     _schema: Option<postgres::Schema>,
 }
 
 impl SharedStore {
-    fn sqlite(name: &str) -> Self {
+    pub(crate) fn sqlite(name: &str) -> Self {
         let dir = TempDir::new(name);
         Self {
             store: format!("sqlite:{}", dir.path("gateway.db").display()),
@@ -117,7 +117,7 @@ impl SharedStore {
     }
 
     /// `server admin ARGS` on this store and key.
-    fn admin(&self, args: &[&str]) -> Ran {
+    pub(crate) fn admin(&self, args: &[&str]) -> Ran {
         let key_file = self.key_file.display().to_string();
         let mut all = args.to_vec();
         all.extend(["--store", &self.store, "--key-file", &key_file]);
@@ -126,13 +126,20 @@ impl SharedStore {
 
     /// The server, started on this store and key.
     fn start_server(&self) -> Server {
+        self.start_server_with(&[])
+    }
+
+    /// The server, started on this store and key, with `extra` flags.
+    pub(crate) fn start_server_with(&self, extra: &[&str]) -> Server {
         let key_file = self.key_file.display().to_string();
-        Launch::with_args(&["--store", &self.store, "--key-file", &key_file]).start()
+        Launch::with_args(&["--store", &self.store, "--key-file", &key_file])
+            .args(extra)
+            .start()
     }
 }
 
 /// An SQLite store, and a PostgreSQL one when `DATABASE_URL` names a server.
-async fn shared_stores(name: &str) -> Vec<SharedStore> {
+pub(crate) async fn shared_stores(name: &str) -> Vec<SharedStore> {
     let mut stores = Vec::new();
     stores.push(SharedStore::sqlite(name));
     #[cfg(feature = "postgres")]
@@ -141,7 +148,7 @@ async fn shared_stores(name: &str) -> Vec<SharedStore> {
 }
 
 #[cfg(feature = "postgres")]
-mod postgres {
+pub(crate) mod postgres {
     //! A schema of one test's own on the `DATABASE_URL` server, dropped
     //! with it.
 

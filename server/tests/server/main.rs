@@ -1,6 +1,6 @@
 //! The service through its binary and command line on loopback (`dialog`,
 //! `account`, `process`, `connections`, `operating`, `rate_limits`,
-//! `oauth2_client`, `introspection`), its operator commands (`admin`), the
+//! `oauth2_client`, `introspection`, `webhooks`), its operator commands (`admin`), the
 //! feed's consumer (`consumer`), and the dialog in headless Chromium
 //! (`browser`). Cargo builds the binary for these tests
 //! (`CARGO_BIN_EXE_conversion-gateway`); the library's router in-process is
@@ -26,3 +26,4 @@ mod process;
 mod proxy;
 mod rate_limits;
 mod support;
+mod webhooks;

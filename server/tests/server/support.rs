@@ -278,8 +278,7 @@ impl Server {
     }
 
     /// Kills the process at once (`SIGKILL`): a crash, no shutdown (the
-    /// NATS tests' crash of a server).
-    #[cfg(feature = "external-tests")]
+    /// NATS tests' and the webhooks' crash of a server).
     pub fn kill(&self) {
         let pid = self.child.as_ref().expect("running").id();
         let status = Command::new("kill")
