@@ -270,6 +270,8 @@ pub use records::webhook::{
 };
 pub use webhooks::destination::{MAX_URL_LEN, check_url, is_public_address};
 #[cfg(feature = "webhooks")]
+pub use webhooks::http::resolver::NameLookup;
+#[cfg(feature = "webhooks")]
 pub use webhooks::http::{HttpTransportError, HttpWebhookTransport};
 pub use webhooks::registration::{WebhookFieldError, WebhookSpec};
 pub use webhooks::retry::{RetrySchedule, RetryScheduleError};
