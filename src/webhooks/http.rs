@@ -78,7 +78,9 @@ impl HttpWebhookTransport {
     /// name, none when it does not resolve) instead of the system's
     /// resolver: for tests, which make a name resolve to the address they
     /// need, and for hosts that pin receivers' names. The addresses are
-    /// checked as [`HttpWebhookTransport::new`]'s are.
+    /// checked as [`HttpWebhookTransport::new`]'s are. `lookup` is called
+    /// on the runtime's thread at each new connection, so it must not
+    /// block.
     ///
     /// # Errors
     /// As [`HttpWebhookTransport::new`].
