@@ -275,6 +275,8 @@ pub use webhooks::endpoint::{
     WebhookView,
 };
 #[cfg(feature = "webhooks")]
+pub use webhooks::http::resolver::NameLookup;
+#[cfg(feature = "webhooks")]
 pub use webhooks::http::{HttpTransportError, HttpWebhookTransport};
 pub use webhooks::options::{MAX_WEBHOOKS_PER_ACCOUNT, WebhookOptions};
 pub use webhooks::registration::{WebhookFieldError, WebhookSpec};

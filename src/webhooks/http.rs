@@ -3,10 +3,9 @@
 //! at each connection.
 
 mod failure;
-mod resolver;
+pub(crate) mod resolver;
 
 use std::fmt;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,7 +14,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AF
 use reqwest::{Client, Response, redirect};
 
 use crate::webhooks::destination::check_url;
-use crate::webhooks::http::resolver::{CheckedResolver, Lookup};
+use crate::webhooks::http::resolver::{CheckedResolver, Lookup, NameLookup};
 use crate::webhooks::transport::{
     MAX_ANSWER_BYTES, OutgoingRequest, SendOutcome, WebhookTransport,
 };
@@ -79,13 +78,15 @@ impl HttpWebhookTransport {
     /// name, none when it does not resolve) instead of the system's
     /// resolver: for tests, which make a name resolve to the address they
     /// need, and for hosts that pin receivers' names. The addresses are
-    /// checked as [`HttpWebhookTransport::new`]'s are.
+    /// checked as [`HttpWebhookTransport::new`]'s are. `lookup` is called
+    /// on the runtime's thread at each new connection, so it must not
+    /// block.
     ///
     /// # Errors
     /// As [`HttpWebhookTransport::new`].
     pub fn with_lookup(
         allow_private: bool,
-        lookup: Arc<dyn Fn(&str) -> Vec<IpAddr> + Send + Sync>,
+        lookup: NameLookup,
     ) -> Result<Self, HttpTransportError> {
         Self::build(Lookup::Given(lookup), allow_private)
     }

@@ -23,9 +23,12 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use crate::webhooks::destination::is_public_address;
 use crate::webhooks::transport::DestinationRefused;
 
-/// A name lookup given instead of the system's: the addresses of a host
-/// name, none when it does not resolve.
-pub(crate) type LookupFn = Arc<dyn Fn(&str) -> Vec<IpAddr> + Send + Sync>;
+/// A name lookup given to [`HttpWebhookTransport::with_lookup`] instead of
+/// the system's resolver: the addresses of a host name, none when it does
+/// not resolve.
+///
+/// [`HttpWebhookTransport::with_lookup`]: crate::HttpWebhookTransport::with_lookup
+pub type NameLookup = Arc<dyn Fn(&str) -> Vec<IpAddr> + Send + Sync>;
 
 /// Where the resolver gets a name's addresses.
 #[derive(Clone)]
@@ -34,7 +37,7 @@ pub(crate) enum Lookup {
     /// thread).
     System,
     /// A function given by the host or a test.
-    Given(LookupFn),
+    Given(NameLookup),
 }
 
 impl Lookup {
@@ -144,7 +147,7 @@ mod tests {
     use super::*;
 
     fn resolver(addresses: &'static [&'static str], allow_private: bool) -> CheckedResolver {
-        let lookup: LookupFn = Arc::new(move |_: &str| {
+        let lookup: NameLookup = Arc::new(move |_: &str| {
             addresses
                 .iter()
                 .filter_map(|address| address.parse().ok())
