@@ -102,6 +102,7 @@ impl Stores {
             + ApiKeyStore
             + EventSink
             + EventFeed
+            + WebhookStore
             + 'static,
     {
         Self {
@@ -110,9 +111,8 @@ impl Stores {
             accounts: store.clone(),
             api_keys: store.clone(),
             events: store.clone(),
-            feed: store,
-            // Until the SQL stores keep webhooks (next commit).
-            webhooks: Arc::new(MemoryWebhookStore::new()),
+            feed: store.clone(),
+            webhooks: store,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use conversion_gateway::conformance;
 use conversion_gateway::{
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
+    MemoryWebhookStore,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -37,4 +38,12 @@ async fn memory_event_sink_keeps_the_contract() {
 async fn memory_event_feed_keeps_the_contract() {
     let sink = Arc::new(MemoryEventSink::new());
     conformance::check_event_feed(sink.clone(), sink).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_webhook_store_keeps_the_contract() {
+    let store = Arc::new(MemoryWebhookStore::new());
+    conformance::check_webhook_store(store.clone()).await;
+    // Again on the same store: the checks leave nothing due behind them.
+    conformance::check_webhook_store(store).await;
 }

@@ -43,7 +43,7 @@ fn database_url() -> String {
 
 /// A schema of one test's own on the server at `DATABASE_URL`.
 #[derive(Clone)]
-struct TestSchema {
+pub(crate) struct TestSchema {
     url: String,
     name: String,
 }
@@ -73,7 +73,7 @@ impl TestSchema {
         Arc::new(store)
     }
 
-    async fn store(&self) -> Arc<PgStore> {
+    pub(crate) async fn store(&self) -> Arc<PgStore> {
         self.store_with(PgStoreOptions::default()).await
     }
 }
@@ -95,7 +95,7 @@ fn without_group_commit() -> PgStoreOptions {
 
 /// Runs `test` in a fresh schema and drops the schema afterwards, whether
 /// the test passed or not.
-async fn in_schema<F, Fut>(test: F)
+pub(crate) async fn in_schema<F, Fut>(test: F)
 where
     F: FnOnce(TestSchema) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -195,6 +195,16 @@ async fn postgres_event_sink_keeps_the_contract_with_four_group_writers() {
 async fn postgres_event_sink_keeps_the_contract_one_commit_per_call() {
     in_schema(|schema| async move {
         conformance::check_event_sink(schema.store_with(without_group_commit()).await).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_webhook_store_keeps_the_contract() {
+    in_schema(|schema| async move {
+        conformance::check_webhook_store(schema.store().await).await;
+        // Again, through a second pool on the same schema.
+        conformance::check_webhook_store(schema.store().await).await;
     })
     .await;
 }

@@ -16,10 +16,10 @@ use time::macros::datetime;
 
 /// A fresh directory under the system's temporary directory, removed when
 /// dropped.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let path = std::env::temp_dir().join(format!(
             "cg-sqlite-test-{}",
             random_uuid(&OsRandom).simple()
@@ -39,7 +39,7 @@ impl Drop for TempDir {
     }
 }
 
-async fn file_store(dir: &TempDir) -> Arc<SqliteStore> {
+pub(crate) async fn file_store(dir: &TempDir) -> Arc<SqliteStore> {
     Arc::new(
         SqliteStore::open(dir.file())
             .await
@@ -85,6 +85,18 @@ async fn sqlite_event_feed_keeps_the_contract() {
     // Two stores on one file stand for two processes writing at once.
     let (first, second) = (file_store(&dir).await, file_store(&dir).await);
     conformance::check_event_feed(first, second).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_webhook_store_keeps_the_contract() {
+    let dir = TempDir::new();
+    let store = file_store(&dir).await;
+    conformance::check_webhook_store(store.clone()).await;
+    // Again on the same file, as a store opened anew.
+    drop(store);
+    conformance::check_webhook_store(file_store(&dir).await).await;
+    let temporary = SqliteStore::open_temporary().await.expect("open");
+    conformance::check_webhook_store(Arc::new(temporary)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,7 +1,9 @@
 //! The checks of the atomic operations under concurrency: [`RACERS`] tasks
 //! at once take one code, redeem one code, rotate one refresh token,
-//! create API keys against one account's limit, or retry one request with
-//! one idempotency key; exactly one may win.
+//! create API keys against one account's limit, retry one request with
+//! one idempotency key, register one URL or dispatch one page of the feed;
+//! exactly one may win. And many callers leasing webhook deliveries at once
+//! never share one.
 
 use std::sync::Arc;
 
@@ -12,11 +14,15 @@ use crate::account::AccountId;
 use crate::random::{OsRandom, random_uuid};
 use crate::records::api_key::ApiKeyRecord;
 use crate::records::event::{EventSubmission, RecordOutcome};
+use crate::records::webhook::{Delivery, DeliveryNext, WebhookChange};
+use crate::store::webhooks::{WebhookStore, WebhookWrite};
 use crate::store::{ApiKeyStore, CodeTake, EventSink, Rotation};
 
 use super::fixtures::{
-    RACERS, base_time, claim, hasher, new_access, new_code, new_event, new_grant, new_refresh,
+    RACERS, base_time, claim, hasher, new_access, new_account, new_code, new_delivery, new_event,
+    new_grant, new_refresh, new_url, new_webhook,
 };
+use super::webhooks;
 
 /// Of many callers taking one code at once, exactly one takes it; the
 /// others learn its grant.
@@ -245,4 +251,151 @@ pub(super) async fn check_concurrent_idempotent_retries(
         replayed.iter().all(|uuids| uuids == &recorded),
         "retries must answer the first event_uuid"
     );
+}
+
+/// Of many webhooks registered at once with one account's URL, exactly
+/// one is stored; the others are refused as [`WebhookWrite::DuplicateUrl`].
+pub(super) async fn check_concurrent_webhook_registration(store: Arc<dyn WebhookStore>) {
+    let account = new_account();
+    let url = new_url();
+    let tasks: Vec<_> = (0..RACERS)
+        .map(|_| {
+            let store = store.clone();
+            let webhook = new_webhook(account, &url);
+            tokio::spawn(async move { store.insert_webhook(&webhook).await })
+        })
+        .collect();
+    let mut stored = 0;
+    for task in tasks {
+        match task.await.expect("task").expect("insert_webhook") {
+            WebhookWrite::Stored => stored += 1,
+            WebhookWrite::DuplicateUrl => {}
+            other => panic!("unexpected insert result {other:?}"),
+        }
+    }
+    assert_eq!(stored, 1, "exactly one concurrent caller may take a URL");
+    let listed = store.list_webhooks(Some(account)).await.expect("list");
+    assert_eq!(listed.len(), 1, "one webhook per URL: {listed:?}");
+    webhooks::remove(&*store, &[&listed[0]]).await;
+}
+
+/// Of many dispatchers passing one page at once (each with deliveries of
+/// its own), exactly one records its deliveries and moves the cursor.
+pub(super) async fn check_concurrent_dispatch(store: Arc<dyn WebhookStore>) {
+    let webhook = new_webhook(new_account(), &new_url());
+    webhooks::insert(&*store, &webhook).await;
+    let from = store.dispatch_cursor().await.expect("dispatch_cursor");
+    let pages: Vec<_> = (0..RACERS)
+        .map(|n| {
+            let delivery = new_delivery(&webhook, &format!("lead{n}@example.com"));
+            (webhooks::new_cursor(), delivery)
+        })
+        .collect();
+    let tasks: Vec<_> = pages
+        .iter()
+        .cloned()
+        .map(|(to, delivery)| {
+            let store = store.clone();
+            let from = from.clone();
+            tokio::spawn(async move { store.dispatch(&from, &to, &[delivery]).await })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for (task, page) in tasks.into_iter().zip(&pages) {
+        if task.await.expect("task").expect("dispatch") {
+            winners.push(page);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one dispatcher may pass a page");
+    let (to, _) = winners[0];
+    assert_eq!(store.dispatch_cursor().await.expect("cursor"), *to);
+    for (cursor, delivery) in &pages {
+        let recorded = store
+            .delivery_state(delivery.id)
+            .await
+            .expect("delivery_state")
+            .is_some();
+        assert_eq!(
+            recorded,
+            cursor == to,
+            "only the winner's deliveries are recorded"
+        );
+    }
+    webhooks::remove(&*store, &[&webhook]).await;
+}
+
+/// Many callers leasing at once never get the same delivery, nor two
+/// deliveries of one contact to one webhook: in each of four rounds, the
+/// leases take the first pending delivery of each of 16 contacts, each
+/// once, and the next round's only once those are delivered.
+pub(super) async fn check_concurrent_leases(store: Arc<dyn WebhookStore>) {
+    const CONTACTS: usize = 16;
+    const ROUNDS: usize = 4;
+    let webhook = new_webhook(new_account(), &new_url());
+    webhooks::insert(&*store, &webhook).await;
+    let rounds: Vec<Vec<Delivery>> = (0..ROUNDS)
+        .map(|_| {
+            (0..CONTACTS)
+                .map(|n| new_delivery(&webhook, &format!("lead{n}@example.com")))
+                .collect()
+        })
+        .collect();
+    webhooks::dispatch(&*store, &rounds.concat()).await;
+    for (round, expected) in rounds.iter().enumerate() {
+        let now = webhooks::at(round as i64);
+        let until = now + Duration::hours(1);
+        let tasks: Vec<_> = (0..RACERS)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.lease_deliveries(now, until, 2, &[]).await })
+            })
+            .collect();
+        let mut leased = Vec::new();
+        for task in tasks {
+            leased.extend(task.await.expect("task").expect("lease_deliveries"));
+        }
+        // What a racer skipped while another held it and then left is
+        // leased now.
+        leased.extend(
+            store
+                .lease_deliveries(now, until, 1_000, &[])
+                .await
+                .expect("lease_deliveries"),
+        );
+        let leased = webhooks::mine(leased, &[&webhook]);
+        let mut got = webhooks::ids(&leased);
+        got.sort();
+        let mut want: Vec<_> = expected.iter().map(|delivery| delivery.id).collect();
+        want.sort();
+        assert_eq!(
+            got, want,
+            "round {round}: each contact's first pending delivery, leased exactly once"
+        );
+        let finishes: Vec<_> = expected
+            .iter()
+            .cloned()
+            .map(|delivery| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let attempt = webhooks::attempt(&delivery, now, Some(200));
+                    store
+                        .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
+                        .await
+                })
+            })
+            .collect();
+        for finish in finishes {
+            finish.await.expect("task").expect("finish_attempt");
+        }
+    }
+    let attempts = store
+        .recent_attempts(webhook.id, 1_000)
+        .await
+        .expect("recent_attempts");
+    assert_eq!(
+        attempts.len(),
+        20,
+        "the last 20 attempts are kept, whoever records them at once"
+    );
+    webhooks::remove(&*store, &[&webhook]).await;
 }

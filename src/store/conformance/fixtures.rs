@@ -11,6 +11,9 @@ use crate::records::grant::{Grant, GrantId};
 use crate::records::tokens::{
     AccessTokenRecord, CodeRecord, PkceChallenge, RefreshState, RefreshTokenRecord,
 };
+use crate::records::webhook::{
+    Delivery, DeliveryId, Webhook, WebhookEventType, WebhookId, WebhookRelation, WebhookStatus,
+};
 use crate::secret::{AccessToken, AuthorizationCode, RefreshToken, SecretHasher};
 
 /// How many tasks race in each concurrency check.
@@ -128,5 +131,53 @@ pub(super) fn claim(
         fingerprint: [fingerprint; 32],
         created_at: at,
         expires_at: at + Duration::hours(24),
+    }
+}
+
+/// A fresh account's identifier.
+pub(super) fn new_account() -> AccountId {
+    AccountId(random_uuid(&OsRandom))
+}
+
+/// A URL no other webhook has.
+pub(super) fn new_url() -> String {
+    format!(
+        "https://hooks.example/suite/{}?k=v",
+        random_uuid(&OsRandom).simple()
+    )
+}
+
+/// An active webhook of `account` to `url`, registered at [`base_time`],
+/// for two conversions and the company relation, with a random salt.
+pub(super) fn new_webhook(account: AccountId, url: &str) -> Webhook {
+    Webhook {
+        id: WebhookId(random_uuid(&OsRandom)),
+        account_id: account,
+        client_id: ClientId::new("cgid_suite"),
+        event_type: WebhookEventType::Converted,
+        url: url.into(),
+        event_identifiers: vec!["signup".into(), "trial".into()],
+        include_relations: vec![WebhookRelation::Company],
+        status: WebhookStatus::Active,
+        created_at: base_time(),
+        updated_at: base_time(),
+        secret_salt: random_uuid(&OsRandom).into_bytes(),
+        failing_since: None,
+    }
+}
+
+/// A delivery to `webhook` of a fresh conversion of `contact`, recorded at
+/// [`base_time`] (so due from then).
+pub(super) fn new_delivery(webhook: &Webhook, contact: &str) -> Delivery {
+    let event_uuid = random_uuid(&OsRandom);
+    Delivery {
+        id: DeliveryId(random_uuid(&OsRandom)),
+        webhook_id: webhook.id,
+        event_uuid,
+        contact_key: contact.into(),
+        body: format!(
+            r#"{{"event_type":"WEBHOOK.CONVERTED","event_uuid":"{event_uuid}","contact":{{"email":"{contact}","name":"Zoë"}}}}"#
+        ),
+        created_at: base_time(),
     }
 }

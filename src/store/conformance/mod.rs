@@ -27,9 +27,10 @@
 //!
 //! This file holds the entry points, one per storage trait, each listing
 //! the checks it runs. The checks live by concern in `src/store/conformance/`:
-//! `tokens.rs`, `clients_accounts_keys.rs` and `events.rs` check one caller
-//! at a time; `feed.rs` checks the feed; `purge.rs` checks the purges; `concurrency.rs` races the
-//! atomic operations; `fixtures.rs` makes the records they write.
+//! `tokens.rs`, `clients_accounts_keys.rs`, `events.rs`, `webhooks.rs` and
+//! `webhook_deliveries.rs` check one caller at a time; `feed.rs` checks the feed; `purge.rs` checks
+//! the purges; `concurrency.rs` races the atomic operations; `fixtures.rs`
+//! makes the records they write.
 
 mod clients_accounts_keys;
 mod concurrency;
@@ -38,11 +39,14 @@ mod feed;
 mod fixtures;
 mod purge;
 mod tokens;
+mod webhook_deliveries;
+mod webhooks;
 
 use std::sync::Arc;
 
 use crate::account::AccountId;
 use crate::random::{OsRandom, random_uuid};
+use crate::store::webhooks::WebhookStore;
 use crate::store::{AccountStore, ApiKeyStore, ClientRegistry, EventSink};
 
 /// Checks every clause of [`crate::TokenStore`].
@@ -99,4 +103,35 @@ pub async fn check_event_sink(sink: Arc<dyn EventSink>) {
     events::check_events(&*sink, account).await;
     purge::check_claim_purge(&*sink).await;
     concurrency::check_concurrent_idempotent_retries(sink, account).await;
+}
+
+/// Checks every clause of [`crate::WebhookStore`]: registration and the
+/// uniqueness of a URL per account, updates, switching and deletion, the
+/// dispatcher's compare-and-set, which deliveries a lease takes and in
+/// what order (the first pending delivery of each contact to each active
+/// webhook, oldest due first), leases and retries in time, attempts and
+/// their consequences (the last 20 kept, `failing_since`, switch-off),
+/// counts and the purge; and, with many callers at once, one URL, one
+/// dispatch per page and no delivery leased twice.
+///
+/// Unlike the other checks, these lease whatever is due in the store and
+/// count every pending delivery, and they move the dispatcher's one
+/// cursor: run them on a store of their own, with no dispatcher, sender or
+/// other run of them beside. They delete what they write, so they can run
+/// again on the same store.
+pub async fn check_webhook_store(store: Arc<dyn WebhookStore>) {
+    webhooks::check_registration(&*store).await;
+    webhooks::check_updates(&*store).await;
+    webhooks::check_status_and_deletion(&*store).await;
+    webhooks::check_dispatch(&*store).await;
+    webhook_deliveries::check_lease_order(&*store).await;
+    webhook_deliveries::check_lease_eligibility(&*store).await;
+    webhook_deliveries::check_attempts(&*store).await;
+    webhook_deliveries::check_failing_and_switch_off(&*store).await;
+    webhook_deliveries::check_pending_and_states(&*store).await;
+    webhook_deliveries::check_delivery_purge(&*store).await;
+    webhook_deliveries::check_deletion_takes_deliveries(&*store).await;
+    concurrency::check_concurrent_webhook_registration(store.clone()).await;
+    concurrency::check_concurrent_dispatch(store.clone()).await;
+    concurrency::check_concurrent_leases(store).await;
 }

@@ -98,10 +98,16 @@ impl WebhookStore for MemoryWebhookStore {
 
     async fn update_webhook(&self, webhook: &Webhook) -> Result<WebhookWrite, StoreError> {
         let mut state = lock(&self.state);
-        if !state.webhooks.contains_key(&webhook.id) {
+        let Some(stored) = state.webhooks.get(&webhook.id) else {
             return Ok(WebhookWrite::NotFound);
-        }
-        if state.url_taken(webhook) {
+        };
+        // Unique in the stored account, which an update does not change:
+        // an `account_id` the caller changed must not let a taken URL in.
+        let changed = Webhook {
+            account_id: stored.account_id,
+            ..webhook.clone()
+        };
+        if state.url_taken(&changed) {
             return Ok(WebhookWrite::DuplicateUrl);
         }
         if let Some(stored) = state.webhooks.get_mut(&webhook.id) {

@@ -16,6 +16,9 @@
 //! - an idempotency key is claimed, per account and credential, with
 //!   `INSERT ... ON CONFLICT DO UPDATE ... WHERE expired`, in the same
 //!   transaction as the events.
+//! - a webhook delivery is leased with `FOR UPDATE SKIP LOCKED`, and the
+//!   dispatcher's cursor moves by compare-and-set with the deliveries of
+//!   its page ([`webhooks`]).
 //!
 //! Recording events is durable before it is acknowledged: by default
 //! concurrent `record` calls are grouped into shared transactions (group
@@ -30,8 +33,9 @@
 //! into records; one file per group of traits implements them: [`tokens`]
 //! ([`TokenStore`]: grants, codes, access and refresh tokens, their purge),
 //! [`clients_accounts_keys`] ([`ClientRegistry`], [`AccountStore`],
-//! [`ApiKeyStore`]) and [`events`] ([`EventSink`], with the group-commit
-//! writer). What PostgreSQL shares with SQLite (error mapping, records from
+//! [`ApiKeyStore`]), [`webhooks`] ([`WebhookStore`]: webhooks, the outbox
+//! of deliveries, their attempts) and [`events`] ([`EventSink`], with the
+//! group-commit writer). What PostgreSQL shares with SQLite (error mapping, records from
 //! rows, the group-commit queue, the purge loop) is in [`crate::store::sql`].
 //!
 //! [`TokenStore`]: crate::TokenStore
@@ -39,12 +43,14 @@
 //! [`AccountStore`]: crate::AccountStore
 //! [`ApiKeyStore`]: crate::ApiKeyStore
 //! [`EventSink`]: crate::EventSink
+//! [`WebhookStore`]: crate::WebhookStore
 
 mod clients_accounts_keys;
 mod columns;
 mod event_sink;
 mod events;
 mod tokens;
+mod webhooks;
 
 use std::time::Duration;
 
@@ -90,6 +96,10 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 8,
         sql: include_str!("../../../migrations/postgres/0008_drop_events_by_account.sql"),
+    },
+    Migration {
+        version: 9,
+        sql: include_str!("../../../migrations/postgres/0009_webhooks.sql"),
     },
 ];
 

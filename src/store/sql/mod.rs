@@ -1,14 +1,16 @@
 //! What the SQLite and PostgreSQL stores share: turning sqlx errors into
 //! [`StoreError`]s, running a statement that inserts or finds one row, the
 //! batched purge loop, and the shape of a migration. Records are put
-//! together from rows in [`records`], once for both databases; the queue of
-//! the group-commit writer is in [`group_commit`].
+//! together from rows in [`records`] (webhooks and their deliveries in
+//! [`webhook_records`]), once for both databases; the queue of the
+//! group-commit writer is in [`group_commit`].
 //!
 //! Only what is the same in both dialects is here: each store keeps its
 //! own SQL, its own migrations and the way it takes locks.
 
 pub(crate) mod group_commit;
 pub(crate) mod records;
+pub(crate) mod webhook_records;
 
 use sqlx::Database;
 use sqlx::query::Query;

@@ -83,6 +83,10 @@ pub(crate) trait RecordColumns {
     fn optional_text(&self, column: &'static str) -> Result<Option<String>, StoreError>;
     /// A boolean.
     fn flag(&self, column: &'static str) -> Result<bool, StoreError>;
+    /// A 64-bit integer (SQLite's INTEGER, PostgreSQL's BIGINT).
+    fn integer(&self, column: &'static str) -> Result<i64, StoreError>;
+    /// A 64-bit integer or NULL.
+    fn optional_integer(&self, column: &'static str) -> Result<Option<i64>, StoreError>;
     /// Bytes.
     fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError>;
     /// Bytes or NULL.

@@ -106,6 +106,14 @@ impl RecordColumns for Columns {
         self.get(column)
     }
 
+    fn integer(&self, column: &'static str) -> Result<i64, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_integer(&self, column: &'static str) -> Result<Option<i64>, StoreError> {
+        self.get(column)
+    }
+
     fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError> {
         self.get(column)
     }

@@ -26,9 +26,10 @@
 //! one file per group of traits implements them: [`tokens`]
 //! ([`TokenStore`]: grants, codes, access and refresh tokens, their purge),
 //! [`clients_accounts_keys`] ([`ClientRegistry`], [`AccountStore`],
-//! [`ApiKeyStore`]) and [`events`] ([`EventSink`]), whose writer is
-//! [`event_writer`], and whose write-ahead log is copied back into the
-//! database file by the [`checkpointer`]'s thread. What SQLite shares with
+//! [`ApiKeyStore`]), [`webhooks`] ([`WebhookStore`]: webhooks, the outbox
+//! of deliveries, their attempts) and [`events`] ([`EventSink`]), whose
+//! writer is [`event_writer`], and whose write-ahead log is copied back
+//! into the database file by the [`checkpointer`]'s thread. What SQLite shares with
 //! PostgreSQL (error mapping, records from rows, the group-commit queue,
 //! the purge loop) is in [`crate::store::sql`].
 //!
@@ -37,6 +38,7 @@
 //! [`AccountStore`]: crate::AccountStore
 //! [`ApiKeyStore`]: crate::ApiKeyStore
 //! [`EventSink`]: crate::EventSink
+//! [`WebhookStore`]: crate::WebhookStore
 
 mod checkpointer;
 mod clients_accounts_keys;
@@ -46,6 +48,7 @@ mod event_writer;
 mod events;
 mod temporary;
 mod tokens;
+mod webhooks;
 mod write_gate;
 
 use std::path::Path;
@@ -94,6 +97,10 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 7,
         sql: include_str!("../../../migrations/sqlite/0007_drop_events_by_account.sql"),
+    },
+    Migration {
+        version: 8,
+        sql: include_str!("../../../migrations/sqlite/0008_webhooks.sql"),
     },
 ];
 

@@ -1,0 +1,438 @@
+//! [`WebhookStore`] on PostgreSQL: webhooks, the dispatcher's cursor, the
+//! outbox of deliveries and the last attempts of each webhook, shared by
+//! every server instance on the database.
+//!
+//! Atomicity holds in the database, across instances:
+//!
+//! - a URL is unique per account and event type by the
+//!   `webhooks_url_unique` index;
+//! - a dispatch is a transaction that first moves the cursor with
+//!   `UPDATE ... WHERE feed_cursor = $from` (a compare-and-set: a second
+//!   dispatcher waits on the row lock, then finds the cursor moved and
+//!   updates nothing), then records the page's deliveries; their numbers
+//!   are drawn under that row lock, so they grow in commit order;
+//! - a lease is one statement that locks the deliveries it chooses with
+//!   `FOR UPDATE SKIP LOCKED` and sets their lease: a concurrent lease skips
+//!   them, or, once this one has committed, re-checks them, finds them
+//!   leased and leaves them;
+//! - an attempt's consequences are one transaction that updates the
+//!   delivery, then the webhook (whose row lock queues the attempts of one
+//!   webhook, so that the trim to the last ones counts them all), then
+//!   records the attempt and trims.
+//!
+//! Deleting a webhook locks its deliveries before its row, in the order an
+//! attempt takes them, so the two never wait for each other in a cycle.
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::account::AccountId;
+use crate::records::webhook::{
+    AttemptRecord, Delivery, DeliveryId, DeliveryNext, DeliveryState, LeasedDelivery, Webhook,
+    WebhookChange, WebhookId, WebhookStatus,
+};
+use crate::store::error::StoreError;
+use crate::store::feed::FeedCursor;
+use crate::store::sql::records::RecordColumns as _;
+use crate::store::sql::webhook_records::{
+    ChangeColumns, KEPT_ATTEMPTS, NextColumns, attempt_from, delivery_state_from, duration_column,
+    identifiers_text, leased_from, relations_text, url_write, webhook_from,
+};
+use crate::store::sql::{self, backend, find_row, insert_row, malformed};
+use crate::store::webhooks::{WebhookStore, WebhookWrite};
+
+use super::PgStore;
+use super::columns::Columns;
+
+/// The columns of a webhook, as [`webhook_from`] reads them.
+const WEBHOOK_COLUMNS: &str = "id, account_id, client_id, event_type, url, event_identifiers,
+     include_relations, status, created_at, updated_at, secret_salt, failing_since";
+
+/// A count as a 64-bit integer, for LIMIT (a limit past `i64::MAX` is no
+/// limit).
+fn count(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl WebhookStore for PgStore {
+    async fn insert_webhook(&self, webhook: &Webhook) -> Result<WebhookWrite, StoreError> {
+        const ACTION: &str = "insert a webhook";
+        // ON CONFLICT (id): a taken id is checked before the other unique
+        // indexes and inserts nothing, so the only violation left to raise
+        // is the URL's.
+        let done = sqlx::query(
+            "INSERT INTO webhooks
+                 (id, account_id, client_id, event_type, url, event_identifiers,
+                  include_relations, status, created_at, updated_at, secret_salt, failing_since)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(webhook.id.0)
+        .bind(webhook.account_id.0)
+        .bind(webhook.client_id.as_str())
+        .bind(webhook.event_type.as_str())
+        .bind(&webhook.url)
+        .bind(identifiers_text(&webhook.event_identifiers)?)
+        .bind(relations_text(&webhook.include_relations)?)
+        .bind(webhook.status.as_str())
+        .bind(webhook.created_at)
+        .bind(webhook.updated_at)
+        .bind(webhook.secret_salt.as_slice())
+        .bind(webhook.failing_since)
+        .execute(&self.pool)
+        .await
+        .map_err(sql::insert_failed("webhook", ACTION));
+        match done {
+            Ok(done) if done.rows_affected() == 0 => Err(StoreError::Duplicate { what: "webhook" }),
+            Ok(_) => Ok(WebhookWrite::Stored),
+            Err(error) => url_write(Err(error)),
+        }
+    }
+
+    async fn find_webhook(&self, id: WebhookId) -> Result<Option<Webhook>, StoreError> {
+        let sql = format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = $1");
+        let statement = sqlx::query(&sql).bind(id.0);
+        find_row(&self.pool, statement, "read a webhook", webhook_from).await
+    }
+
+    async fn list_webhooks(&self, account: Option<AccountId>) -> Result<Vec<Webhook>, StoreError> {
+        const ACTION: &str = "list webhooks";
+        // seq is the registration order (the memory store's "oldest").
+        let sql = format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks
+             WHERE $1::uuid IS NULL OR account_id = $1 ORDER BY seq"
+        );
+        sqlx::query(&sql)
+            .bind(account.map(|account| account.0))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend(ACTION))?
+            .into_iter()
+            .map(|row| webhook_from(&Columns::new(row, ACTION)))
+            .collect()
+    }
+
+    async fn update_webhook(&self, webhook: &Webhook) -> Result<WebhookWrite, StoreError> {
+        const ACTION: &str = "update a webhook";
+        // One statement: the unique index refuses a URL taken in the
+        // account, whichever instance races.
+        let done = sqlx::query(
+            "UPDATE webhooks SET event_type = $1, url = $2, event_identifiers = $3,
+                 include_relations = $4, updated_at = $5
+             WHERE id = $6",
+        )
+        .bind(webhook.event_type.as_str())
+        .bind(&webhook.url)
+        .bind(identifiers_text(&webhook.event_identifiers)?)
+        .bind(relations_text(&webhook.include_relations)?)
+        .bind(webhook.updated_at)
+        .bind(webhook.id.0)
+        .execute(&self.pool)
+        .await
+        .map_err(sql::insert_failed("webhook", ACTION));
+        match done {
+            Ok(done) if done.rows_affected() == 0 => Ok(WebhookWrite::NotFound),
+            Ok(_) => Ok(WebhookWrite::Stored),
+            Err(error) => url_write(Err(error)),
+        }
+    }
+
+    async fn set_webhook_status(
+        &self,
+        id: WebhookId,
+        status: WebhookStatus,
+        at: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE webhooks SET status = $1, updated_at = $2,
+                 failing_since = CASE WHEN $3 THEN NULL ELSE failing_since END
+             WHERE id = $4",
+        )
+        .bind(status.as_str())
+        .bind(at)
+        .bind(status == WebhookStatus::Active)
+        .bind(id.0)
+        .execute(&self.pool)
+        .await
+        .map_err(backend("switch a webhook"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn delete_webhook(&self, id: WebhookId) -> Result<bool, StoreError> {
+        const ACTION: &str = "delete a webhook";
+        let mut tx = self.pool.begin().await.map_err(backend(ACTION))?;
+        // Deliveries first, then the webhook: the order an attempt locks
+        // them in.
+        sqlx::query("DELETE FROM webhook_deliveries WHERE webhook_id = $1")
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        let done = sqlx::query("DELETE FROM webhooks WHERE id = $1")
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        if done.rows_affected() == 0 {
+            // No such webhook: dropping the transaction rolls it back.
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM webhook_attempts WHERE webhook_id = $1")
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(true)
+    }
+
+    async fn dispatch_cursor(&self) -> Result<FeedCursor, StoreError> {
+        let text: String =
+            sqlx::query_scalar("SELECT feed_cursor FROM webhook_dispatch WHERE id = 1")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(backend("read the webhook dispatch cursor"))?;
+        Ok(FeedCursor::new(text))
+    }
+
+    async fn dispatch(
+        &self,
+        from: &FeedCursor,
+        to: &FeedCursor,
+        deliveries: &[Delivery],
+    ) -> Result<bool, StoreError> {
+        const ACTION: &str = "dispatch webhook deliveries";
+        let mut tx = self.pool.begin().await.map_err(backend(ACTION))?;
+        // First, so that the row lock serialises dispatchers before any
+        // delivery is numbered.
+        let moved = sqlx::query(
+            "UPDATE webhook_dispatch SET feed_cursor = $1 WHERE id = 1 AND feed_cursor = $2",
+        )
+        .bind(to.as_str())
+        .bind(from.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        if moved.rows_affected() == 0 {
+            // Another dispatcher passed this page first; dropping the
+            // transaction rolls it back.
+            return Ok(false);
+        }
+        // One by one, so that the numbers follow the order given (the
+        // order a multi-row INSERT draws its defaults in is not promised).
+        for delivery in deliveries {
+            let statement = sqlx::query(
+                "INSERT INTO webhook_deliveries
+                     (id, webhook_id, event_uuid, contact_key, body, created_at, state,
+                      next_attempt_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, 'pending', $6)",
+            )
+            .bind(delivery.id.0)
+            .bind(delivery.webhook_id.0)
+            .bind(delivery.event_uuid)
+            .bind(&delivery.contact_key)
+            .bind(&delivery.body)
+            .bind(delivery.created_at);
+            insert_row(&mut *tx, statement, "webhook delivery", ACTION).await?;
+        }
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(true)
+    }
+
+    async fn lease_deliveries(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        limit: usize,
+        skip: &[WebhookId],
+    ) -> Result<Vec<LeasedDelivery>, StoreError> {
+        const ACTION: &str = "lease webhook deliveries";
+        let skip: Vec<Uuid> = skip.iter().map(|id| id.0).collect();
+        // SKIP LOCKED: a delivery another instance is leasing right now is
+        // not waited for but left to it. One it leased and committed since
+        // this statement's snapshot is re-checked when locked (READ
+        // COMMITTED), found leased, and left too.
+        let rows = sqlx::query(
+            "WITH chosen AS (
+                 SELECT d.number FROM webhook_deliveries d
+                 JOIN webhooks w ON w.id = d.webhook_id
+                 WHERE d.state = 'pending' AND d.next_attempt_at <= $1
+                   AND (d.leased_until IS NULL OR d.leased_until < $1)
+                   AND w.status = 'active'
+                   AND NOT (d.webhook_id = ANY($3))
+                   AND NOT EXISTS (
+                       SELECT 1 FROM webhook_deliveries e
+                       WHERE e.webhook_id = d.webhook_id AND e.contact_key = d.contact_key
+                         AND e.state = 'pending' AND e.number < d.number)
+                 ORDER BY d.next_attempt_at, d.number
+                 LIMIT $4
+                 FOR UPDATE OF d SKIP LOCKED
+             )
+             UPDATE webhook_deliveries d SET leased_until = $2
+             FROM chosen, webhooks w
+             WHERE d.number = chosen.number AND w.id = d.webhook_id
+             RETURNING d.number, d.next_attempt_at, d.id, d.webhook_id, d.event_uuid,
+                       d.contact_key, d.body, d.created_at, d.attempts,
+                       w.url, w.secret_salt, w.failing_since",
+        )
+        .bind(now)
+        .bind(lease_until)
+        .bind(&skip)
+        .bind(count(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend(ACTION))?;
+        // RETURNING comes in no promised order: oldest due first again.
+        let mut leased = Vec::with_capacity(rows.len());
+        for row in rows {
+            let columns = Columns::new(row, ACTION);
+            let due = columns.time("next_attempt_at")?;
+            let number = columns.integer("number")?;
+            leased.push(((due, number), leased_from(&columns)?));
+        }
+        leased.sort_by_key(|(order, _)| *order);
+        Ok(leased.into_iter().map(|(_, delivery)| delivery).collect())
+    }
+
+    async fn finish_attempt(
+        &self,
+        attempt: &AttemptRecord,
+        next: DeliveryNext,
+        change: WebhookChange,
+    ) -> Result<(), StoreError> {
+        const ACTION: &str = "record a webhook attempt";
+        let next = NextColumns::new(next, attempt.at);
+        let mut tx = self.pool.begin().await.map_err(backend(ACTION))?;
+        let done = sqlx::query(
+            "UPDATE webhook_deliveries SET attempts = attempts + 1, leased_until = NULL,
+                 state = COALESCE($1, state), finished_at = COALESCE($2, finished_at),
+                 next_attempt_at = COALESCE($3, next_attempt_at)
+             WHERE id = $4",
+        )
+        .bind(next.state)
+        .bind(next.finished_at)
+        .bind(next.next_attempt_at)
+        .bind(attempt.delivery_id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        if done.rows_affected() == 0 {
+            // Deleted with its webhook while the attempt ran: nothing to
+            // keep.
+            return Ok(());
+        }
+        // Always an UPDATE, even one that changes nothing: its row lock
+        // queues the attempts of one webhook until this one commits, so the
+        // trim below sees every attempt before it.
+        let change = match ChangeColumns::new(change, attempt.at) {
+            ChangeColumns::ClearFailing => {
+                sqlx::query("UPDATE webhooks SET failing_since = NULL WHERE id = $1")
+                    .bind(attempt.webhook_id.0)
+            }
+            ChangeColumns::Failing(since) => sqlx::query(
+                "UPDATE webhooks SET failing_since = COALESCE(failing_since, $2) WHERE id = $1",
+            )
+            .bind(attempt.webhook_id.0)
+            .bind(since),
+            ChangeColumns::SwitchOff(at) => sqlx::query(
+                "UPDATE webhooks SET status = 'inactive', updated_at = $2 WHERE id = $1",
+            )
+            .bind(attempt.webhook_id.0)
+            .bind(at),
+        };
+        change.execute(&mut *tx).await.map_err(backend(ACTION))?;
+        sqlx::query(
+            "INSERT INTO webhook_attempts
+                 (delivery_id, webhook_id, at, status, error, duration_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(attempt.delivery_id.0)
+        .bind(attempt.webhook_id.0)
+        .bind(attempt.at)
+        .bind(attempt.status.map(i64::from))
+        .bind(attempt.error.as_deref())
+        .bind(duration_column(attempt))
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        // Everything up to the first attempt past the kept ones goes.
+        sqlx::query(
+            "DELETE FROM webhook_attempts WHERE webhook_id = $1 AND id <= (
+                 SELECT id FROM webhook_attempts WHERE webhook_id = $1
+                 ORDER BY id DESC LIMIT 1 OFFSET $2)",
+        )
+        .bind(attempt.webhook_id.0)
+        .bind(count(KEPT_ATTEMPTS))
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        tx.commit().await.map_err(backend(ACTION))
+    }
+
+    async fn recent_attempts(
+        &self,
+        webhook: WebhookId,
+        limit: usize,
+    ) -> Result<Vec<AttemptRecord>, StoreError> {
+        const ACTION: &str = "read webhook attempts";
+        sqlx::query(
+            "SELECT delivery_id, webhook_id, at, status, error, duration_ms
+             FROM webhook_attempts WHERE webhook_id = $1 ORDER BY id DESC LIMIT $2",
+        )
+        .bind(webhook.0)
+        .bind(count(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend(ACTION))?
+        .into_iter()
+        .map(|row| attempt_from(&Columns::new(row, ACTION)))
+        .collect()
+    }
+
+    async fn pending_deliveries(&self) -> Result<u64, StoreError> {
+        const ACTION: &str = "count pending webhook deliveries";
+        let pending: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'pending'")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(backend(ACTION))?;
+        u64::try_from(pending).map_err(|_| malformed(ACTION, "count"))
+    }
+
+    async fn delivery_state(
+        &self,
+        id: DeliveryId,
+    ) -> Result<Option<(DeliveryState, u32)>, StoreError> {
+        let statement =
+            sqlx::query("SELECT state, attempts FROM webhook_deliveries WHERE id = $1").bind(id.0);
+        find_row(
+            &self.pool,
+            statement,
+            "read a webhook delivery",
+            delivery_state_from,
+        )
+        .await
+    }
+
+    async fn purge_deliveries(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        // Ended deliveries in dispatch order. Their attempts stay: only the
+        // last ones of each webhook are kept anyway.
+        const PURGES: [&str; 1] = ["DELETE FROM webhook_deliveries WHERE number IN
+             (SELECT number FROM webhook_deliveries WHERE finished_at < $1
+              ORDER BY number LIMIT $2)"];
+        sql::purge(
+            &self.pool,
+            &PURGES,
+            cutoff,
+            limit,
+            "purge webhook deliveries",
+        )
+        .await
+    }
+}

@@ -1,0 +1,320 @@
+//! Webhooks on the SQL stores, beyond the conformance suite: what was
+//! registered, dispatched, leased and attempted is kept across a restart,
+//! and two instances on one database (two SQLite stores on one file, two
+//! PostgreSQL pools) leasing at once never lease one delivery twice.
+#![cfg(feature = "test-util")]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use conversion_gateway::{
+    AccountId, AttemptRecord, ClientId, Delivery, DeliveryId, DeliveryNext, DeliveryState,
+    FeedCursor, OsRandom, Webhook, WebhookChange, WebhookEventType, WebhookId, WebhookRelation,
+    WebhookStatus, WebhookStore, WebhookWrite, random_uuid,
+};
+use time::macros::datetime;
+use time::{Duration, OffsetDateTime};
+
+/// The instant the scenarios start at.
+fn start() -> OffsetDateTime {
+    datetime!(2026-03-01 12:00:00 UTC)
+}
+
+fn webhook(account: AccountId, status: WebhookStatus) -> Webhook {
+    Webhook {
+        id: WebhookId(random_uuid(&OsRandom)),
+        account_id: account,
+        client_id: ClientId::new("cgid_restart"),
+        event_type: WebhookEventType::Converted,
+        url: format!("https://hooks.example/{}", random_uuid(&OsRandom).simple()),
+        event_identifiers: vec!["signup".into()],
+        include_relations: vec![WebhookRelation::Company],
+        status,
+        // Microseconds survive both stores.
+        created_at: datetime!(2026-03-01 11:00:00.123456 UTC),
+        updated_at: datetime!(2026-03-01 11:30:00.5 UTC),
+        secret_salt: random_uuid(&OsRandom).into_bytes(),
+        failing_since: None,
+    }
+}
+
+fn delivery(webhook: &Webhook, contact: &str) -> Delivery {
+    Delivery {
+        id: DeliveryId(random_uuid(&OsRandom)),
+        webhook_id: webhook.id,
+        event_uuid: random_uuid(&OsRandom),
+        contact_key: contact.into(),
+        body: format!(r#"{{"contact":{{"email":"{contact}"}}}}"#),
+        created_at: start(),
+    }
+}
+
+/// What [`write_before_restart`] wrote, to find after the restart.
+pub(crate) struct Written {
+    webhooks: Vec<Webhook>,
+    cursor: FeedCursor,
+    /// Leased until `start() + 60s`.
+    leased: Delivery,
+    /// Attempted once, retried at `start() + 120s`.
+    retried: Delivery,
+    attempt: AttemptRecord,
+    /// Never leased.
+    waiting: Delivery,
+}
+
+/// On a fresh store: registers two webhooks, dispatches three deliveries
+/// from the feed's start, leases one and attempts another.
+pub(crate) async fn write_before_restart(store: &dyn WebhookStore) -> Written {
+    let cursor = store.dispatch_cursor().await.expect("dispatch_cursor");
+    assert!(
+        cursor.is_start(),
+        "a new store's dispatcher is at the start"
+    );
+    let account = AccountId(random_uuid(&OsRandom));
+    let active = webhook(account, WebhookStatus::Active);
+    let off = Webhook {
+        failing_since: Some(datetime!(2026-02-27 08:00:00.25 UTC)),
+        ..webhook(account, WebhookStatus::Inactive)
+    };
+    for webhook in [&active, &off] {
+        let written = store.insert_webhook(webhook).await.expect("insert_webhook");
+        assert_eq!(written, WebhookWrite::Stored);
+    }
+    let (leased, retried, waiting) = (
+        delivery(&active, "a@example.com"),
+        delivery(&active, "b@example.com"),
+        delivery(&active, "c@example.com"),
+    );
+    let to = FeedCursor::new("page-3");
+    let page = [leased.clone(), retried.clone(), waiting.clone()];
+    assert!(store.dispatch(&cursor, &to, &page).await.expect("dispatch"));
+    let first = store
+        .lease_deliveries(start(), start() + Duration::seconds(60), 2, &[])
+        .await
+        .expect("lease_deliveries");
+    let first: Vec<_> = first.iter().map(|leased| leased.delivery.id).collect();
+    assert_eq!(first, [leased.id, retried.id]);
+    let attempt = AttemptRecord {
+        delivery_id: retried.id,
+        webhook_id: active.id,
+        at: datetime!(2026-03-01 12:00:01.5 UTC),
+        status: Some(502),
+        error: Some("status 502".into()),
+        duration_ms: 1_250,
+    };
+    store
+        .finish_attempt(
+            &attempt,
+            DeliveryNext::RetryAt(start() + Duration::seconds(120)),
+            WebhookChange::Failing(attempt.at),
+        )
+        .await
+        .expect("finish_attempt");
+    let active = Webhook {
+        failing_since: Some(attempt.at),
+        ..active
+    };
+    Written {
+        webhooks: vec![active, off],
+        cursor: to,
+        leased,
+        retried,
+        attempt,
+        waiting,
+    }
+}
+
+/// After a restart: everything [`write_before_restart`] wrote is there,
+/// leases and retry times included.
+pub(crate) async fn check_after_restart(store: &dyn WebhookStore, written: &Written) {
+    let account = written.webhooks[0].account_id;
+    assert_eq!(
+        store.list_webhooks(Some(account)).await.expect("list"),
+        written.webhooks,
+        "webhooks are kept across a restart"
+    );
+    assert_eq!(
+        store.dispatch_cursor().await.expect("dispatch_cursor"),
+        written.cursor,
+        "the dispatcher's cursor is kept"
+    );
+    let state = |delivery: &Delivery| {
+        let id = delivery.id;
+        async move { store.delivery_state(id).await.expect("delivery_state") }
+    };
+    assert_eq!(
+        [
+            state(&written.leased).await,
+            state(&written.retried).await,
+            state(&written.waiting).await,
+        ],
+        [
+            Some((DeliveryState::Pending, 0)),
+            Some((DeliveryState::Pending, 1)),
+            Some((DeliveryState::Pending, 0)),
+        ],
+        "deliveries and their attempt counts are kept"
+    );
+    assert_eq!(store.pending_deliveries().await.expect("pending"), 3);
+    assert_eq!(
+        store
+            .recent_attempts(written.webhooks[0].id, 10)
+            .await
+            .expect("recent_attempts"),
+        std::slice::from_ref(&written.attempt),
+        "attempts are kept"
+    );
+    let lease = |seconds: i64| async move {
+        let now = start() + Duration::seconds(seconds);
+        let leased = store
+            .lease_deliveries(now, now + Duration::seconds(60), 10, &[])
+            .await
+            .expect("lease_deliveries");
+        leased
+            .into_iter()
+            .map(|leased| leased.delivery)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        lease(30).await,
+        std::slice::from_ref(&written.waiting),
+        "a lease and a retry time are kept"
+    );
+    assert_eq!(lease(61).await, std::slice::from_ref(&written.leased));
+    assert_eq!(
+        lease(120).await,
+        [written.waiting.clone(), written.retried.clone()],
+        "a retry at its time, after what is due since before"
+    );
+}
+
+/// Two instances on one database, `RACERS` callers between them leasing
+/// at once: no delivery is leased twice, and none of a contact's second
+/// deliveries before its first is delivered.
+pub(crate) async fn race_two_instances(instances: [Arc<dyn WebhookStore>; 2]) {
+    const RACERS: usize = 32;
+    const CONTACTS: usize = 48;
+    let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
+    let written = instances[0].insert_webhook(&hook).await.expect("insert");
+    assert_eq!(written, WebhookWrite::Stored);
+    let rounds: Vec<Vec<Delivery>> = (0..2)
+        .map(|_| {
+            (0..CONTACTS)
+                .map(|n| delivery(&hook, &format!("lead{n}@example.com")))
+                .collect()
+        })
+        .collect();
+    let from = instances[1].dispatch_cursor().await.expect("cursor");
+    let to = FeedCursor::new(format!("race-{}", random_uuid(&OsRandom).simple()));
+    let all = rounds.concat();
+    assert!(
+        instances[1]
+            .dispatch(&from, &to, &all)
+            .await
+            .expect("dispatch")
+    );
+    for (round, expected) in rounds.iter().enumerate() {
+        let now = start() + Duration::seconds(round as i64);
+        let until = now + Duration::hours(1);
+        let tasks: Vec<_> = (0..RACERS)
+            .map(|i| {
+                let store = instances[i % 2].clone();
+                tokio::spawn(async move { store.lease_deliveries(now, until, 3, &[]).await })
+            })
+            .collect();
+        let mut leased = Vec::new();
+        for task in tasks {
+            let got = task.await.expect("task").expect("lease_deliveries");
+            leased.extend(got.into_iter().map(|leased| leased.delivery.id));
+        }
+        let rest = instances[round % 2]
+            .lease_deliveries(now, until, 1_000, &[])
+            .await
+            .expect("lease_deliveries");
+        leased.extend(rest.into_iter().map(|leased| leased.delivery.id));
+        let unique: HashSet<_> = leased.iter().copied().collect();
+        assert_eq!(
+            unique.len(),
+            leased.len(),
+            "round {round}: a delivery was leased twice"
+        );
+        let want: HashSet<_> = expected.iter().map(|delivery| delivery.id).collect();
+        assert_eq!(
+            unique, want,
+            "round {round}: each contact's first pending delivery, nothing else"
+        );
+        for delivery in expected {
+            let attempt = AttemptRecord {
+                delivery_id: delivery.id,
+                webhook_id: hook.id,
+                at: now,
+                status: Some(200),
+                error: None,
+                duration_ms: 3,
+            };
+            instances[1]
+                .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
+                .await
+                .expect("finish_attempt");
+        }
+    }
+    assert!(instances[0].delete_webhook(hook.id).await.expect("delete"));
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use super::*;
+    use crate::sqlite::{TempDir, file_store};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn webhooks_and_deliveries_survive_a_restart() {
+        let dir = TempDir::new();
+        let store = file_store(&dir).await;
+        let written = write_before_restart(&*store).await;
+        store.close().await;
+        drop(store);
+        let reopened = file_store(&dir).await;
+        check_after_restart(&*reopened, &written).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_stores_on_one_file_never_lease_a_delivery_twice() {
+        // Two stores on one file stand for two processes: the lease's
+        // atomicity must come from SQLite's write lock.
+        let dir = TempDir::new();
+        let (first, second) = (file_store(&dir).await, file_store(&dir).await);
+        race_two_instances([first, second]).await;
+    }
+}
+
+#[cfg(all(feature = "postgres", feature = "external-tests"))]
+mod postgres {
+    use super::*;
+    use crate::postgres::in_schema;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn webhooks_and_deliveries_survive_a_restart() {
+        in_schema(|schema| async move {
+            let store = schema.store().await;
+            let written = write_before_restart(&*store).await;
+            store.close().await;
+            drop(store);
+            // A new pool on the same database: a restarted server instance.
+            let restarted = schema.store().await;
+            check_after_restart(&*restarted, &written).await;
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_pools_leasing_at_once_never_lease_a_delivery_twice() {
+        in_schema(|schema| async move {
+            for _ in 0..3 {
+                let instances: [Arc<dyn WebhookStore>; 2] =
+                    [schema.store().await, schema.store().await];
+                race_two_instances(instances).await;
+            }
+        })
+        .await;
+    }
+}
