@@ -112,7 +112,8 @@ pub trait WebhookStore: Send + Sync {
     /// passed this page first, nothing is recorded and the answer is
     /// `false`. Deliveries are numbered in the order given, after every
     /// delivery recorded before, and that number orders the deliveries of
-    /// one contact to one webhook.
+    /// one contact to one webhook. A delivery to a webhook deleted since
+    /// the caller listed it is left out (else it would wait for ever).
     ///
     /// # Errors
     /// `Backend` on failure (then nothing changed).

@@ -17,7 +17,7 @@ pub const MAX_WEBHOOKS_PER_ACCOUNT: usize = 20;
 pub struct WebhookOptions {
     /// What deliveries and validation calls are sent through. By default
     /// none: registration answers 401 (the validation call cannot be
-    /// made) and deliveries wait. [`crate::HttpWebhookTransport`] (feature
+    /// made) and deliveries wait. `HttpWebhookTransport` (feature
     /// `webhooks`) is the crate's own.
     pub transport: Arc<dyn WebhookTransport>,
     /// The waits before each attempt of a delivery.

@@ -99,7 +99,7 @@ impl SendOutcome {
 }
 
 /// Sends webhook requests. The crate's own, on reqwest, is
-/// [`crate::HttpWebhookTransport`] (feature `webhooks`); tests answer in
+/// `HttpWebhookTransport` (feature `webhooks`); tests answer in
 /// memory.
 ///
 /// An implementation must not follow redirects, must give up after the

@@ -480,5 +480,29 @@ pub(super) async fn check_dispatch(store: &dyn WebhookStore) {
         None,
         "a failed dispatch records none of its deliveries"
     );
+
+    // A webhook deleted after the dispatcher listed it gets nothing: its
+    // delivery would wait for ever, never leased nor purged.
+    let gone = new_webhook(new_account(), &new_url());
+    insert(store, &gone).await;
+    assert!(store.delete_webhook(gone.id).await.expect("delete"));
+    let orphan = new_delivery(&gone, "e@example.com");
+    let kept = new_delivery(&webhook, "e@example.com");
+    let pending = store.pending_deliveries().await.expect("pending");
+    dispatch(store, &[orphan.clone(), kept.clone()]).await;
+    assert_eq!(
+        state_of(store, &orphan).await,
+        None,
+        "a delivery to a deleted webhook is left out"
+    );
+    assert_eq!(
+        state_of(store, &kept).await,
+        Some((DeliveryState::Pending, 0)),
+        "the rest of the page is recorded"
+    );
+    assert_eq!(
+        store.pending_deliveries().await.expect("pending"),
+        pending + 1
+    );
     remove(store, &[&webhook]).await;
 }

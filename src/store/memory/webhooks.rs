@@ -186,6 +186,9 @@ impl WebhookStore for MemoryWebhookStore {
             });
         }
         for delivery in deliveries {
+            if !state.webhooks.contains_key(&delivery.webhook_id) {
+                continue;
+            }
             let number = state.next_number;
             state.next_number += 1;
             state.by_id.insert(delivery.id, number);

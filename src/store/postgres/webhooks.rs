@@ -224,10 +224,15 @@ impl WebhookStore for PgStore {
         // order a multi-row INSERT draws its defaults in is not promised).
         for delivery in deliveries {
             let statement = sqlx::query(
+                // Only while the webhook exists: its row locked against a
+                // delete until this commits, so a delete either comes
+                // first (and no delivery is left behind it) or after (and
+                // takes this one with it).
                 "INSERT INTO webhook_deliveries
                      (id, webhook_id, event_uuid, contact_key, body, created_at, state,
                       next_attempt_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, 'pending', $6)",
+                 SELECT $1, $2, $3, $4, $5, $6, 'pending', $6
+                 FROM webhooks WHERE id = $2 FOR KEY SHARE",
             )
             .bind(delivery.id.0)
             .bind(delivery.webhook_id.0)

@@ -219,10 +219,13 @@ impl WebhookStore for SqliteStore {
         // One by one, so that the numbers follow the order given.
         for delivery in deliveries {
             let statement = sqlx::query(
+                // Only while the webhook exists (writers take turns, so a
+                // delete is wholly before or after this).
                 "INSERT INTO webhook_deliveries
                      (id, webhook_id, event_uuid, contact_key, body, created_at, state,
                       next_attempt_at)
-                 VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)",
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7
+                 WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = ?2)",
             )
             .bind(uuid_text(delivery.id.0))
             .bind(uuid_text(delivery.webhook_id.0))
