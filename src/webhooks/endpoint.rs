@@ -231,7 +231,7 @@ impl Gateway {
         request: &RequestParts<'_>,
     ) -> Result<WebhookCreated, WebhookError> {
         let caller = self.authenticate_bearer(request.authorization).await?;
-        let spec = self.webhook_spec(request, false)?;
+        let spec = self.webhook_spec(request, None)?;
         let existing = self
             .stores
             .webhooks
@@ -317,8 +317,9 @@ impl Gateway {
 
     /// `PUT /integrations/webhooks/{uuid}`: replaces the webhook's
     /// `event_type`, `url`, `event_identifiers` and `include_relations`
-    /// (the body of `POST`), and its `status` when the body names one. A
-    /// new URL gets the validation call first.
+    /// (the body of `POST`; a field left out keeps its value), and its
+    /// `status` when the body names one. A new URL gets the validation call
+    /// first.
     ///
     /// # Errors
     /// As [`Gateway::create_webhook`], and 404 for no such webhook.
@@ -329,7 +330,8 @@ impl Gateway {
     ) -> Result<WebhookView, WebhookError> {
         let caller = self.authenticate_bearer(request.authorization).await?;
         let mut webhook = self.callers_webhook(&caller, uuid).await?;
-        let spec = self.webhook_spec(request, true)?;
+        let current = WebhookView(webhook.clone()).to_json();
+        let spec = self.webhook_spec(request, current.as_object())?;
         let new_url = spec.url != webhook.url;
         webhook.event_type = spec.event_type;
         webhook.url = spec.url;
@@ -405,18 +407,19 @@ impl Gateway {
             .await
     }
 
-    /// The body of a POST or PUT, read whole.
+    /// The body of a POST, or of a PUT over the webhook's `current`
+    /// object, read whole.
     fn webhook_spec(
         &self,
         request: &RequestParts<'_>,
-        put: bool,
+        current: Option<&serde_json::Map<String, Value>>,
     ) -> Result<WebhookSpec, WebhookError> {
         if let Some(content_type) = request.content_type
             && media_type(content_type) != Some(MediaType::Json)
         {
             return Err(WebhookError::UnsupportedMediaType);
         }
-        read_spec(request.body, self.webhooks.allow_private, put).map_err(WebhookError::Invalid)
+        read_spec(request.body, self.webhooks.allow_private, current).map_err(WebhookError::Invalid)
     }
 
     /// The caller's webhook `uuid`, or 404.

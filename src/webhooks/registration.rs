@@ -88,17 +88,26 @@ impl WebhookFieldError {
     }
 }
 
-/// Reads a registration body. `put` accepts `status` too.
+/// Reads a registration body: a `POST`'s (`current` is `None`), or a
+/// `PUT`'s, whose fields left out keep the webhook's `current` values (so
+/// that a client may send the whole object or only what changes) and which
+/// may set `status`.
 ///
 /// # Errors
 /// Every problem found, in document order of the fields checked.
 pub(crate) fn read_spec(
     body: &[u8],
     allow_private: bool,
-    put: bool,
+    current: Option<&Map<String, Value>>,
 ) -> Result<WebhookSpec, Vec<WebhookFieldError>> {
+    let put = current.is_some();
     let object = match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(object)) => object,
+        Ok(Value::Object(mut object)) => {
+            for (name, value) in current.into_iter().flatten() {
+                object.entry(name.clone()).or_insert_with(|| value.clone());
+            }
+            object
+        }
         Ok(_) => {
             return Err(vec![WebhookFieldError::new(
                 "BAD_REQUEST",
@@ -334,7 +343,11 @@ mod tests {
     use super::*;
 
     fn read(body: Value) -> Result<WebhookSpec, Vec<WebhookFieldError>> {
-        read_spec(body.to_string().as_bytes(), false, false)
+        read_spec(body.to_string().as_bytes(), false, None)
+    }
+
+    fn put(body: Value, current: &Value) -> Result<WebhookSpec, Vec<WebhookFieldError>> {
+        read_spec(body.to_string().as_bytes(), false, current.as_object())
     }
 
     fn valid() -> Value {
@@ -369,7 +382,7 @@ mod tests {
             [WebhookRelation::Company, WebhookRelation::ContactFunnel]
         );
         assert_eq!(spec.status, None, "status is read on PUT only");
-        let spec = read_spec(body.to_string().as_bytes(), false, true).unwrap();
+        let spec = put(body, &valid()).unwrap();
         assert_eq!(spec.status, Some(WebhookStatus::Inactive));
     }
 
@@ -437,13 +450,13 @@ mod tests {
         let errors = read(body.clone()).unwrap_err();
         assert_eq!(errors[0].error_type, "INVALID_DESTINATION");
         assert_eq!(errors[0].path, "$.url");
-        assert!(read_spec(body.to_string().as_bytes(), true, false).is_ok());
+        assert!(read_spec(body.to_string().as_bytes(), true, None).is_ok());
     }
 
     #[test]
     fn bodies_that_are_not_objects_are_bad_requests() {
         for body in [&b"not json"[..], b"[]", b"\"x\"", b""] {
-            let errors = read_spec(body, false, false).unwrap_err();
+            let errors = read_spec(body, false, None).unwrap_err();
             assert_eq!(errors.len(), 1);
             assert_eq!(errors[0].error_type, "BAD_REQUEST");
             assert_eq!(errors[0].path, "$");
@@ -452,7 +465,7 @@ mod tests {
         body["event_identifiers"] = json!("signup");
         body["include_relations"] = json!({});
         body["status"] = json!(true);
-        let errors = read_spec(body.to_string().as_bytes(), false, true).unwrap_err();
+        let errors = put(body, &valid()).unwrap_err();
         let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             paths,
@@ -462,9 +475,26 @@ mod tests {
         let mut body = valid();
         body["event_identifiers"] = json!(too_many);
         assert_eq!(read(body).unwrap_err()[0].error_type, "TOO_MANY_ITEMS");
-        let mut body = valid();
-        body["status"] = json!("paused");
-        let errors = read_spec(body.to_string().as_bytes(), false, true).unwrap_err();
+        let errors = put(json!({"status": "paused"}), &valid()).unwrap_err();
         assert_eq!(errors[0].path, "$.status");
+    }
+
+    #[test]
+    fn a_put_keeps_the_fields_it_leaves_out() {
+        let mut current = valid();
+        current["event_identifiers"] = json!(["signup"]);
+        let spec = put(json!({"url": "https://hooks.example.com/new"}), &current).unwrap();
+        assert_eq!(spec.url, "https://hooks.example.com/new");
+        assert_eq!(spec.event_identifiers, ["signup"]);
+        assert_eq!(spec.event_type, WebhookEventType::Converted);
+        assert_eq!(spec.status, None);
+        // What it sends replaces, and is checked.
+        let spec = put(json!({"event_identifiers": []}), &current).unwrap();
+        assert!(spec.event_identifiers.is_empty());
+        let errors = put(json!({"url": null, "entity_type": "DEAL"}), &current).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["$.entity_type", "$.url"]);
+        // A body that is not an object is refused whatever the webhook.
+        assert!(put(json!([]), &current).is_err());
     }
 }

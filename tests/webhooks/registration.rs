@@ -311,8 +311,23 @@ async fn put_replaces_the_fields_calls_a_new_url_and_switches_status() {
         answer.json_body().unwrap()["errors"][0]["error_type"],
         "DUPLICATE_URL"
     );
-    let answer = t.call("PUT", Some(uuid), Some(json!({}))).await;
+    // Fields left out keep their values; those sent are checked.
+    let answer = t
+        .call(
+            "PUT",
+            Some(uuid),
+            Some(json!({ "event_identifiers": ["demo"] })),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    let kept = answer.json_body().unwrap();
+    assert_eq!(kept["url"], "https://hooks.example.com/new");
+    assert_eq!(kept["event_identifiers"], json!(["demo"]));
+    let answer = t
+        .call("PUT", Some(uuid), Some(json!({ "url": null })))
+        .await;
     assert_eq!(answer.status, 400);
+    assert_eq!(answer.json_body().unwrap()["errors"][0]["path"], "$.url");
 }
 
 #[tokio::test]
