@@ -404,6 +404,8 @@ pub(super) async fn create_webhook(State(gateway): Shared, request: OAuthRequest
             body = openapi::errors::ServiceError),
         (status = 413, description = "A body over 16 KiB (`BODY_TOO_LARGE`).",
             body = openapi::errors::ServiceError),
+        (status = 422, description = "The store refused a value (`UNPROCESSABLE_ENTITY`); \
+            do not retry.", body = openapi::errors::ServiceError),
         (status = 503, description = "The store failed (`SERVICE_UNAVAILABLE`); retry.",
             body = openapi::errors::ServiceError),
     ),
@@ -430,6 +432,8 @@ pub(super) async fn list_webhooks(State(gateway): Shared, request: OAuthRequest)
             body = openapi::errors::ServiceError),
         (status = 413, description = "A body over 16 KiB (`BODY_TOO_LARGE`).",
             body = openapi::errors::ServiceError),
+        (status = 422, description = "The store refused a value (`UNPROCESSABLE_ENTITY`); \
+            do not retry.", body = openapi::errors::ServiceError),
         (status = 503, description = "The store failed (`SERVICE_UNAVAILABLE`); retry.",
             body = openapi::errors::ServiceError),
     ),
@@ -506,6 +510,8 @@ pub(super) async fn update_webhook(
             body = openapi::errors::ServiceError),
         (status = 413, description = "A body over 16 KiB (`BODY_TOO_LARGE`).",
             body = openapi::errors::ServiceError),
+        (status = 422, description = "The store refused a value (`UNPROCESSABLE_ENTITY`); \
+            do not retry.", body = openapi::errors::ServiceError),
         (status = 503, description = "The store failed (`SERVICE_UNAVAILABLE`); retry.",
             body = openapi::errors::ServiceError),
     ),

@@ -286,6 +286,9 @@ impl Modify for ServiceRules {
     }
 }
 
+#[cfg(test)]
+mod tests;
+
 /// The token endpoint's body is optional: HTTP Basic and a `code` in the
 /// query string are a whole request, and an empty body without a
 /// `Content-Type` has no parameters. (utoipa marks a body required unless
