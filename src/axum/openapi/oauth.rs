@@ -165,6 +165,7 @@ pub(crate) enum TokenTypeHint {
 #[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct TokenReferenceJson {
     /// The access or refresh token.
+    #[schema(min_length = 1)]
     pub(crate) token: String,
     /// Where to look first; other values are ignored (RFC 7009 section
     /// 2.1), and the other kind is searched too.
@@ -183,6 +184,7 @@ pub(crate) struct TokenReferenceJson {
 #[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct TokenReferenceForm {
     /// The access or refresh token.
+    #[schema(min_length = 1)]
     pub(crate) token: String,
     /// Where to look first (`access_token` or `refresh_token`); other
     /// values are ignored.
