@@ -28,7 +28,10 @@
 //!
 //! [`router`] serves `POST /auth/token`, `POST /auth/revoke`,
 //! `POST /platform/conversions` (with CORS, for website forms),
-//! `POST /platform/events` and `POST /platform/events/batch`, and answers
+//! `POST /platform/events` and `POST /platform/events/batch`, the webhook
+//! routes, and `GET /openapi.json`: the OpenAPI 3.1 document of every JSON
+//! route ([`openapi_document`], also in the repository as `openapi.json`,
+//! its routes those of [`router_routes`] and [`operations_routes`]); it answers
 //! everything else (unknown paths, wrong methods, oversized bodies,
 //! timeouts) in the service's JSON error shape, since the real service's
 //! clients fail on HTML or empty error bodies. The authorization dialog and

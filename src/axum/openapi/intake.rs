@@ -166,8 +166,15 @@ pub(crate) struct Tag;
 
 impl PartialSchema for Tag {
     fn schema() -> RefOr<Schema> {
+        // The pattern excludes ASCII capitals only: `\p{Lu}` needs a
+        // Unicode-aware regex engine, which not every client of the
+        // document has; the description says the rest.
         ObjectBuilder::new()
             .schema_type(Type::String)
+            .description(Some(
+                "Lowercase (no uppercase letter of any script), not blank, unique in its \
+                 list, at most 255 characters.",
+            ))
             .min_length(Some(1))
             .max_length(Some(255))
             .pattern(Some("^[^A-Z\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*[^\\sA-Z\\u0000-\\u001F][^A-Z\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*$"))
