@@ -10,6 +10,8 @@
 use ::axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 
+use crate::axum::router::CONVERSIONS_PATH;
+
 /// Who may call: any origin.
 const ALLOW_ORIGIN: HeaderValue = HeaderValue::from_static("*");
 
@@ -33,6 +35,28 @@ pub(super) fn allow(mut response: Response) -> Response {
 
 /// The answer to a preflight (`OPTIONS`): `POST` with `Content-Type` and
 /// `Idempotency-Key` from any origin, remembered for a day.
+#[utoipa::path(
+    options,
+    path = CONVERSIONS_PATH,
+    tag = "intake",
+    operation_id = "conversion_preflight",
+    summary = "CORS preflight of the conversion route",
+    description = "What a browser asks before a website's script posts a conversion with \
+        `Content-Type: application/json` or an `Idempotency-Key`. Always the same answer.",
+    responses(
+        (status = 200, description = "Any origin may `POST` with `Content-Type` and \
+            `Idempotency-Key`; remembered for a day. No body.",
+            headers(
+                ("Access-Control-Allow-Origin" = String, description = "`*`."),
+                ("Access-Control-Allow-Methods" = String, description = "`POST`."),
+                ("Access-Control-Allow-Headers" = String,
+                    description = "`content-type, idempotency-key`."),
+                ("Access-Control-Max-Age" = String, description = "`86400`."),
+                ("Vary" = String, description = "`origin, access-control-request-method, \
+                    access-control-request-headers`."),
+            )),
+    ),
+)]
 pub(super) async fn preflight() -> Response {
     let mut response = Response::new(::axum::body::Body::empty());
     *response.status_mut() = StatusCode::OK;

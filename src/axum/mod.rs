@@ -28,7 +28,10 @@
 //!
 //! [`router`] serves `POST /auth/token`, `POST /auth/revoke`,
 //! `POST /platform/conversions` (with CORS, for website forms),
-//! `POST /platform/events` and `POST /platform/events/batch`, and answers
+//! `POST /platform/events` and `POST /platform/events/batch`, the webhook
+//! routes, and `GET /openapi.json`: the OpenAPI 3.1 document of every JSON
+//! route ([`openapi_document`], also in the repository as `openapi.json`,
+//! its routes those of [`router_routes`] and [`operations_routes`]); it answers
 //! everything else (unknown paths, wrong methods, oversized bodies,
 //! timeouts) in the service's JSON error shape, since the real service's
 //! clients fail on HTML or empty error bodies. The authorization dialog and
@@ -59,23 +62,26 @@
 mod bearer;
 mod cors;
 mod extract;
+mod openapi;
 mod operating;
 pub mod pages;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod request_log;
 mod respond;
+mod route_table;
 mod router;
 mod serve;
 
 pub use bearer::Bearer;
 pub use extract::{EventRequest, OAUTH_BODY_LIMIT, OAuthRequest};
-pub use operating::operations_router;
+pub use openapi::{OPENAPI_PATH, openapi_document};
+pub use operating::{operations_router, operations_routes};
 #[cfg(feature = "prometheus")]
 pub use prometheus::{METRICS_UPKEEP_EVERY, MetricsError, PrometheusMetrics, metrics_router};
 pub use request_log::{REQUEST_ID_HEADER, RequestId, with_request_log};
 pub use respond::{json_errors, panic_as_json, plain_errors_as_json};
-pub use router::{REQUEST_TIMEOUT, WEBHOOKS_PATH, router};
+pub use router::{REQUEST_TIMEOUT, WEBHOOKS_PATH, router, router_routes};
 pub use serve::capacity::{fit_open_files, listen};
 pub use serve::limits::ConnectionLimits;
 pub use serve::signal::shutdown_signal;

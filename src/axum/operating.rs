@@ -10,12 +10,14 @@ use std::sync::Arc;
 
 use ::axum::Router;
 use ::axum::extract::State;
-use ::axum::routing::get;
+use http::Method;
 use serde_json::json;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::answer::HttpAnswer;
+use crate::axum::openapi;
 use crate::axum::respond::panic_as_json;
+use crate::axum::route_table::{self, Route};
 use crate::gateway::Gateway;
 
 /// `GET /healthz` and `GET /readyz` on `gateway`.
@@ -31,21 +33,63 @@ use crate::gateway::Gateway;
 /// Generic over the state `S` of the host's router, so that it merges into
 /// it, as [`router`](crate::axum::router) does.
 pub fn operations_router<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router<S> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    route_table::build(routes())
         .layer(CatchPanicLayer::custom(panic_as_json))
         .with_state(gateway)
 }
 
+/// The method and path of every route [`operations_router`] serves (a
+/// `GET` route also answers `HEAD`); the OpenAPI document lists them.
+pub fn operations_routes() -> Vec<(Method, &'static str)> {
+    route_table::listing(&routes())
+}
+
+/// The table [`operations_router`] is built from and [`operations_routes`]
+/// lists.
+fn routes() -> Vec<Route<Arc<Gateway>>> {
+    vec![
+        Route::new(Method::GET, HEALTHZ_PATH, healthz),
+        Route::new(Method::GET, READYZ_PATH, readyz),
+    ]
+}
+
+/// Whether the process serves.
+const HEALTHZ_PATH: &str = "/healthz";
+
+/// Whether every store answers.
+const READYZ_PATH: &str = "/readyz";
+
 /// The process is up and serving.
-async fn healthz() -> HttpAnswer {
+#[utoipa::path(
+    get,
+    path = HEALTHZ_PATH,
+    tag = "operations",
+    summary = "Liveness",
+    responses(
+        (status = 200, description = "The process serves. Never cached.",
+            body = openapi::operating::Health),
+    ),
+)]
+pub(super) async fn healthz() -> HttpAnswer {
     HttpAnswer::json(200, json!({ "status": "ok" })).with_header("cache-control", "no-store")
 }
 
 /// 200 when every store answers within its timeout, else 503 naming the
 /// stores that did not.
-async fn readyz(State(gateway): State<Arc<Gateway>>) -> HttpAnswer {
+#[utoipa::path(
+    get,
+    path = READYZ_PATH,
+    tag = "operations",
+    summary = "Readiness",
+    description = "Whether every store answers within 2 s, for a load balancer. Never why a \
+        store failed. Never cached.",
+    responses(
+        (status = 200, description = "Every store answered.", body = openapi::operating::Ready),
+        (status = 503, description = "A store did not answer: route around this instance.",
+            body = openapi::operating::NotReady),
+    ),
+)]
+pub(super) async fn readyz(State(gateway): State<Arc<Gateway>>) -> HttpAnswer {
     let readiness = gateway.readiness().await;
     let stores: serde_json::Map<String, serde_json::Value> = readiness
         .stores

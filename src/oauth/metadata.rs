@@ -30,6 +30,9 @@ const AUTH_METHODS: [&str; 2] = ["client_secret_basic", "client_secret_post"];
 /// RFC 8414 section 2's metadata of this service, built from
 /// [`crate::GatewayConfig::base_url`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+// The schema of `GET /.well-known/oauth-authorization-server` in the
+// router's OpenAPI document.
+#[cfg_attr(feature = "axum", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct AuthorizationServerMetadata {
     /// The issuer: the base URL.

@@ -1,0 +1,272 @@
+//! The bodies of the event routes: the conversion event (spec.md,
+//! "Conversion event"), the batch, and the receipts.
+//!
+//! Schema-only mirrors: the validator reads events in one pass without
+//! serde, and the receipts are built with `json!`. Events and payloads are
+//! open objects, as the validator is: an attribute that is neither a
+//! standard field nor a custom field (`cf_<name>`) of the account is
+//! accepted and dropped.
+
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{PartialSchema, ToSchema};
+
+use serde::Deserialize;
+
+/// Characters no stored string may hold: C0 controls but tab, line feed
+/// and carriage return (`INVALID_CHARACTERS`).
+const NO_CONTROLS: &str = "^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*$";
+
+/// A string of the payload: at most 1024 characters, no control
+/// characters but tab and line breaks.
+pub(crate) struct PayloadString;
+
+impl PartialSchema for PayloadString {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .max_length(Some(1024))
+            .pattern(Some(NO_CONTROLS))
+            .into()
+    }
+}
+
+impl ToSchema for PayloadString {}
+
+/// A required string of the payload: a [`PayloadString`] that is not blank.
+pub(crate) struct RequiredString;
+
+impl PartialSchema for RequiredString {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(1024))
+            .pattern(Some("^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*[^\\s\\u0000-\\u001F][^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*$"))
+            .into()
+    }
+}
+
+impl ToSchema for RequiredString {}
+
+/// A conversion event: recorded each time a conversion occurs.
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct ConversionEvent {
+    /// `CONVERSION`, the only type accepted.
+    pub(crate) event_type: EventType,
+    /// `CDP`, the only family accepted.
+    pub(crate) event_family: EventFamily,
+    /// The contact and the conversion.
+    pub(crate) payload: ConversionPayload,
+}
+
+/// The only event type accepted.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub(crate) enum EventType {
+    /// A conversion.
+    Conversion,
+}
+
+/// The only event family accepted.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub(crate) enum EventFamily {
+    /// The only family.
+    Cdp,
+}
+
+/// The contact and the conversion. Every custom field of the account is
+/// accepted as a string under its name prefixed with `cf_`; other members
+/// are accepted and dropped.
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct ConversionPayload {
+    /// The name of the conversion.
+    #[schema(value_type = RequiredString)]
+    pub(crate) conversion_identifier: String,
+    /// The contact's e-mail: at most 254 bytes, a local part of 1 to 64,
+    /// a domain with a dot.
+    #[schema(format = Email, max_length = 254)]
+    pub(crate) email: String,
+    /// The contact's name.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) name: Option<String>,
+    /// The contact's job title.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) job_title: Option<String>,
+    /// The contact's state.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) state: Option<String>,
+    /// The contact's city.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) city: Option<String>,
+    /// The contact's country.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) country: Option<String>,
+    /// The contact's phone.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) personal_phone: Option<String>,
+    /// The contact's mobile phone.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) mobile_phone: Option<String>,
+    /// The contact's Twitter handle.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) twitter: Option<String>,
+    /// The contact's Facebook name.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) facebook: Option<String>,
+    /// The contact's LinkedIn name.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) linkedin: Option<String>,
+    /// The contact's website.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) website: Option<String>,
+    /// The contact's company.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) company_name: Option<String>,
+    /// The company's website.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) company_site: Option<String>,
+    /// The company's address.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) company_address: Option<String>,
+    /// The visitor-tracking cookie's value.
+    #[schema(format = "uuid")]
+    pub(crate) client_tracking_id: Option<String>,
+    /// The traffic-source cookie's value (JSON, raw or base64; then the
+    /// other `traffic_` fields must be empty), or a UTM source; at most
+    /// 4096 characters.
+    #[schema(
+        max_length = 4096,
+        pattern = "^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*$"
+    )]
+    pub(crate) traffic_source: Option<String>,
+    /// The UTM medium.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) traffic_medium: Option<String>,
+    /// The UTM campaign.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) traffic_campaign: Option<String>,
+    /// The UTM term.
+    #[schema(value_type = Option<PayloadString>)]
+    pub(crate) traffic_value: Option<String>,
+    /// Tags added to the contact: lowercase, unique, not blank, at most 255
+    /// characters each, at most 50.
+    #[schema(max_items = 50, value_type = Option<Vec<Tag>>)]
+    pub(crate) tags: Option<Vec<String>>,
+    /// Whether the contact receives e-mails.
+    pub(crate) available_for_mailing: Option<bool>,
+    /// The contact's legal bases, at most 10.
+    #[schema(max_items = 10)]
+    pub(crate) legal_bases: Option<Vec<LegalBasis>>,
+}
+
+/// A tag: lowercase, not blank, at most 255 characters.
+pub(crate) struct Tag;
+
+impl PartialSchema for Tag {
+    fn schema() -> RefOr<Schema> {
+        // The pattern excludes ASCII capitals only: `\p{Lu}` needs a
+        // Unicode-aware regex engine, which not every client of the
+        // document has; the description says the rest.
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "Lowercase (no uppercase letter of any script), not blank, unique in its \
+                 list, at most 255 characters.",
+            ))
+            .min_length(Some(1))
+            .max_length(Some(255))
+            .pattern(Some("^[^A-Z\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*[^\\sA-Z\\u0000-\\u001F][^A-Z\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*$"))
+            .into()
+    }
+}
+
+impl ToSchema for Tag {}
+
+/// A legal basis of the contact; `status` is required with type
+/// `consent`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct LegalBasis {
+    /// What it covers.
+    pub(crate) category: LegalBasisCategory,
+    /// Its ground.
+    #[serde(rename = "type")]
+    pub(crate) kind: LegalBasisType,
+    /// Whether it was granted.
+    pub(crate) status: Option<LegalBasisStatus>,
+}
+
+/// The category of a legal basis.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum LegalBasisCategory {
+    /// Receiving e-mails and other messages.
+    Communications,
+    /// Processing the contact's data.
+    DataProcessing,
+}
+
+/// The ground of a legal basis.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum LegalBasisType {
+    /// Consent; `status` is then required.
+    Consent,
+    /// An existing contract.
+    PreExistentContract,
+    /// Legitimate interest.
+    LegitimateInterest,
+    /// A judicial process.
+    JudicialProcess,
+    /// Vital interest.
+    VitalInterest,
+    /// Public interest.
+    PublicInterest,
+}
+
+/// The status of a legal basis.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum LegalBasisStatus {
+    /// Granted.
+    Granted,
+    /// Declined.
+    Declined,
+}
+
+/// A batch: 1 to 1000 events, recorded all or nothing.
+pub(crate) struct ConversionBatch;
+
+impl PartialSchema for ConversionBatch {
+    fn schema() -> RefOr<Schema> {
+        ArrayBuilder::new()
+            .items(Ref::from_schema_name("ConversionEvent"))
+            .min_items(Some(1))
+            .max_items(Some(1000))
+            .into()
+    }
+}
+
+impl ToSchema for ConversionBatch {}
+
+/// The event recorded (or, for a retry with the same `Idempotency-Key`,
+/// recorded before).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventRecorded {
+    /// The event's identifier.
+    #[schema(format = "uuid")]
+    pub(crate) event_uuid: String,
+}
+
+/// The batch recorded: its identifier, and each event's in request order.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchRecorded {
+    /// The batch's identifier.
+    #[schema(format = "uuid")]
+    pub(crate) event_batch_uuid: String,
+    /// One per event, in request order.
+    pub(crate) events: Vec<EventRecorded>,
+}
