@@ -242,6 +242,11 @@ mod tests {
             RetrySchedule::default().to_string(),
             "0s,5s,300s,1800s,7200s,18000s,36000s,36000s"
         );
+        assert_eq!(
+            "30d".parse::<RetrySchedule>().unwrap().waits(),
+            [seconds(30 * 86_400)],
+            "the longest wait allowed"
+        );
         assert_eq!("".parse::<RetrySchedule>(), Err(RetryScheduleError::Empty));
         assert_eq!(
             "5".parse::<RetrySchedule>(),
@@ -254,6 +259,12 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn the_limits_are_five_days_of_failures_and_a_day_of_retry_after() {
+        assert_eq!(SWITCH_OFF_AFTER, Duration::from_secs(432_000));
+        assert_eq!(MAX_RETRY_AFTER, Duration::from_secs(86_400));
     }
 
     #[test]
