@@ -21,7 +21,7 @@ use crate::store::webhooks::WebhookWrite;
 use crate::webhooks::payload::body_at;
 use crate::webhooks::registration::{WebhookFieldError, WebhookSpec, read_spec};
 use crate::webhooks::signing::WebhookSecret;
-use crate::webhooks::transport::{OutgoingRequest, SendOutcome};
+use crate::webhooks::transport::{DestinationRefused, OutgoingRequest, SendOutcome};
 
 /// How many of a webhook's last attempts `GET /integrations/webhooks/{uuid}`
 /// shows.
@@ -461,11 +461,13 @@ impl Gateway {
         let outcome = self.webhooks.transport.post(&request).await;
         match outcome {
             outcome if outcome.succeeded() => Ok(()),
-            SendOutcome::Refused(refused) => {
-                Err(WebhookError::Invalid(vec![WebhookFieldError::destination(
-                    &refused,
-                )]))
-            }
+            // A name that does not resolve is a call that could not be
+            // made, as a refused connection is: 401, as the real service.
+            // A destination refused for what it is (scheme, a private
+            // address) is the URL's fault: 400 on `url`.
+            SendOutcome::Refused(refused) if refused != DestinationRefused::Unresolvable => Err(
+                WebhookError::Invalid(vec![WebhookFieldError::destination(&refused)]),
+            ),
             outcome => Err(WebhookError::ValidationCallFailed {
                 seconds: self.webhooks.attempt_timeout.as_secs(),
                 reason: outcome.error().unwrap_or_default(),

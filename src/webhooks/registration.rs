@@ -475,10 +475,16 @@ mod tests {
         let most: Vec<String> = (0..MAX_EVENT_IDENTIFIERS).map(|i| i.to_string()).collect();
         let mut body = valid();
         body["event_identifiers"] = json!(most);
-        assert_eq!(read(body).unwrap().event_identifiers.len(), MAX_EVENT_IDENTIFIERS);
+        assert_eq!(
+            read(body).unwrap().event_identifiers.len(),
+            MAX_EVENT_IDENTIFIERS
+        );
         let mut body = valid();
         body["event_identifiers"] = json!(["é".repeat(MAX_IDENTIFIER_LEN)]);
-        assert!(read(body).is_ok(), "the length counts characters, not bytes");
+        assert!(
+            read(body).is_ok(),
+            "the length counts characters, not bytes"
+        );
         let too_many: Vec<String> = (0..=MAX_EVENT_IDENTIFIERS).map(|i| i.to_string()).collect();
         let mut body = valid();
         body["event_identifiers"] = json!(too_many);

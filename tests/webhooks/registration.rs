@@ -106,6 +106,24 @@ async fn a_destination_the_transport_refuses_is_a_400_on_url() {
     let errors = &answer.json_body().unwrap()["errors"];
     assert_eq!(errors[0]["path"], "$.url");
     assert_eq!(errors[0]["error_type"], "INVALID_DESTINATION");
+    // A name that does not resolve is a call that could not be made: 401.
+    t.receiver.answer(
+        "https://nowhere.example.com/in",
+        [SendOutcome::Refused(DestinationRefused::Unresolvable)],
+    );
+    let answer = t
+        .call(
+            "POST",
+            None,
+            Some(webhook_body("https://nowhere.example.com/in")),
+        )
+        .await;
+    assert_eq!(answer.status, 401);
+    let message = answer.json_body().unwrap()["error_message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("does not resolve"), "{message}");
 }
 
 #[tokio::test]
