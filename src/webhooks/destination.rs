@@ -92,11 +92,9 @@ fn is_public_v6(address: Ipv6Addr) -> bool {
         return is_public_v4(v4);
     }
     // IPv4-compatible (::a.b.c.d, deprecated) and NAT64 (64:ff9b::/96)
-    // reach the embedded IPv4 address.
+    // reach the embedded IPv4 address. `::` and `::1` land in 0.0.0.0/8,
+    // which is refused.
     if segments[..6] == [0; 6] || segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        if address.is_unspecified() || address.is_loopback() {
-            return false;
-        }
         let [.., hi, lo] = segments;
         return is_public_v4(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)));
     }
@@ -134,6 +132,9 @@ mod tests {
             "100.128.0.1",
             "198.20.0.1",
             "2606:4700::1111",
+            "2001:4860:4860::8888",
+            "2a01::1",
+            "2a02:db8::1",
             "::ffff:8.8.8.8",
             "64:ff9b::808:808",
             "2002:808:808::1",
@@ -226,6 +227,12 @@ mod tests {
                 "{malformed}"
             );
         }
+        let base = "https://hooks.example.com/";
+        let longest = format!("{base}{}", "a".repeat(MAX_URL_LEN - base.len()));
+        assert!(
+            check_url(&longest, false).is_ok(),
+            "the longest URL accepted"
+        );
         let long = format!("https://hooks.example.com/{}", "a".repeat(MAX_URL_LEN));
         assert_eq!(check_url(&long, false), Err(DestinationRefused::Malformed));
     }
