@@ -28,8 +28,9 @@ pub struct WebhookOptions {
     /// How long a receiver has to answer (5 s, as the real service).
     pub attempt_timeout: Duration,
     /// How long a sender holds a delivery it leased before another may
-    /// take it: longer than an attempt, so that only a sender that died
-    /// mid-attempt loses its lease.
+    /// take it: longer than an attempt (30 s, six times the 5 s timeout),
+    /// so that only a sender that died mid-attempt loses its lease, and
+    /// its deliveries go out again that long after.
     pub lease: Duration,
     /// The most webhooks per account.
     pub max_per_account: usize,
@@ -42,7 +43,7 @@ impl Default for WebhookOptions {
             retry_schedule: RetrySchedule::default(),
             allow_private: false,
             attempt_timeout: ATTEMPT_TIMEOUT,
-            lease: Duration::from_secs(60),
+            lease: Duration::from_secs(30),
             max_per_account: MAX_WEBHOOKS_PER_ACCOUNT,
         }
     }

@@ -363,8 +363,10 @@ async fn deliveries_pending_at_a_sigkill_all_arrive_after_the_restart() {
     drop(server);
     receiver.answer(200);
     let server = store.start_server_with(&FAST);
+    // A delivery in the middle of an attempt at the kill keeps its lease
+    // (30 s) and goes out when it ends; the others at their next retry.
     let deliveries = receiver
-        .wait_until(Duration::from_secs(20), |deliveries| {
+        .wait_until(Duration::from_secs(60), |deliveries| {
             let delivered: HashSet<String> = deliveries.iter().map(email_of).collect();
             emails.iter().all(|email| delivered.contains(email))
         })
