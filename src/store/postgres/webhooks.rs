@@ -36,24 +36,15 @@ use crate::store::error::StoreError;
 use crate::store::feed::FeedCursor;
 use crate::store::sql::records::RecordColumns as _;
 use crate::store::sql::webhook_records::{
-    ChangeColumns, KEPT_ATTEMPTS, NextColumns, attempt_from, delivery_state_from, duration_column,
-    identifiers_text, leased_from, relations_text, url_write, webhook_from,
+    ChangeColumns, KEPT_ATTEMPTS, NextColumns, WEBHOOK_COLUMNS, attempt_from, count,
+    delivery_state_from, duration_column, identifiers_text, leased_from, relations_text, url_write,
+    webhook_from,
 };
 use crate::store::sql::{self, backend, find_row, insert_row, malformed};
 use crate::store::webhooks::{WebhookStore, WebhookWrite};
 
 use super::PgStore;
 use super::columns::Columns;
-
-/// The columns of a webhook, as [`webhook_from`] reads them.
-const WEBHOOK_COLUMNS: &str = "id, account_id, client_id, event_type, url, event_identifiers,
-     include_relations, status, created_at, updated_at, secret_salt, failing_since";
-
-/// A count as a 64-bit integer, for LIMIT (a limit past `i64::MAX` is no
-/// limit).
-fn count(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
-}
 
 #[async_trait]
 impl WebhookStore for PgStore {

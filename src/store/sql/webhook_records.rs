@@ -25,6 +25,17 @@ use crate::store::webhooks::WebhookWrite;
 // (`WebhookStore::finish_attempt`) names, as the memory store keeps it.
 pub(crate) use crate::store::memory::webhooks::KEPT_ATTEMPTS;
 
+/// The columns of a webhook, in the order [`webhook_from`] reads them.
+pub(crate) const WEBHOOK_COLUMNS: &str =
+    "id, account_id, client_id, event_type, url, event_identifiers,
+     include_relations, status, created_at, updated_at, secret_salt, failing_since";
+
+/// A count as a 64-bit integer, for LIMIT (a limit past `i64::MAX` is no
+/// limit).
+pub(crate) fn count(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
 /// A webhook's conversion identifiers as stored: a JSON array.
 pub(crate) fn identifiers_text(identifiers: &[String]) -> Result<String, StoreError> {
     serde_json::to_string(identifiers)
