@@ -11,14 +11,29 @@ use crate::answer::HttpAnswer;
 use crate::gateway::Gateway;
 use crate::intake::validator::errors::ValidationErrors;
 use crate::request::RequestParts;
+use crate::webhooks::destination::MAX_URL_LEN;
+use crate::webhooks::registration::{MAX_EVENT_IDENTIFIERS, MAX_IDENTIFIER_LEN};
 
-/// The largest body of the token, revocation, introspection and webhook
-/// routes: a few short fields, so 16 KiB is generous.
+/// The largest body of the token, revocation and introspection routes: a
+/// few short fields, so 16 KiB is generous.
 pub const OAUTH_BODY_LIMIT: usize = 16 * 1024;
 
-/// A request to the token, revocation or introspection endpoint, or to a
-/// webhook route: its head and its body, read up to [`OAUTH_BODY_LIMIT`]
-/// bytes.
+/// The longest a character can be in JSON text: a character outside the
+/// Basic Multilingual Plane escaped as a surrogate pair (`\ud83d\ude00`).
+const LONGEST_ESCAPED_CHAR: usize = 12;
+
+/// The largest body of the webhook routes: the largest registration the
+/// rules accept, with every character escaped at its longest. The document
+/// promises that such a body is read (100 identifiers of 255 characters,
+/// a 2,048-byte URL, the fixed fields), so a smaller limit would refuse
+/// valid requests with 413. About 330 KiB.
+pub const WEBHOOK_BODY_LIMIT: usize = MAX_EVENT_IDENTIFIERS
+    * (MAX_IDENTIFIER_LEN * LONGEST_ESCAPED_CHAR + 3)
+    + MAX_URL_LEN * LONGEST_ESCAPED_CHAR
+    + 4 * 1024;
+
+/// A request to the token, revocation or introspection endpoint: its head
+/// and its body, read up to [`OAUTH_BODY_LIMIT`] bytes.
 ///
 /// A larger body is answered `413 BODY_TOO_LARGE` (JSON) before more of it
 /// is read.
@@ -39,17 +54,55 @@ impl<S: Send + Sync> FromRequest<S> for OAuthRequest {
     type Rejection = HttpAnswer;
 
     async fn from_request(request: Request, _: &S) -> Result<Self, HttpAnswer> {
-        let (head, body) = request.into_parts();
-        let body = read_body(body, OAUTH_BODY_LIMIT)
-            .await
-            .map_err(|refusal| match refusal {
-                BodyRefusal::TooLarge => {
-                    HttpAnswer::error(413, "BODY_TOO_LARGE", "the request body is too large")
-                }
-                BodyRefusal::Unreadable => unreadable(),
-            })?;
+        let (head, body) = read_request(request, OAUTH_BODY_LIMIT).await?;
         Ok(Self { head, body })
     }
+}
+
+/// A request to a webhook route: its head and its body, read up to
+/// [`WEBHOOK_BODY_LIMIT`] bytes.
+///
+/// A larger body is answered `413 BODY_TOO_LARGE` (JSON) before more of it
+/// is read.
+#[derive(Debug)]
+pub struct WebhookRequest {
+    head: http::request::Parts,
+    body: Bytes,
+}
+
+impl WebhookRequest {
+    /// The parts for [`Gateway::create_webhook`] and the other webhook
+    /// calls.
+    pub fn parts(&self) -> RequestParts<'_> {
+        RequestParts::from_http(&self.head, &self.body)
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for WebhookRequest {
+    type Rejection = HttpAnswer;
+
+    async fn from_request(request: Request, _: &S) -> Result<Self, HttpAnswer> {
+        let (head, body) = read_request(request, WEBHOOK_BODY_LIMIT).await?;
+        Ok(Self { head, body })
+    }
+}
+
+/// The head and the whole body of `request`, or `413 BODY_TOO_LARGE` past
+/// `limit` bytes.
+async fn read_request(
+    request: Request,
+    limit: usize,
+) -> Result<(http::request::Parts, Bytes), HttpAnswer> {
+    let (head, body) = request.into_parts();
+    let body = read_body(body, limit)
+        .await
+        .map_err(|refusal| match refusal {
+            BodyRefusal::TooLarge => {
+                HttpAnswer::error(413, "BODY_TOO_LARGE", "the request body is too large")
+            }
+            BodyRefusal::Unreadable => unreadable(),
+        })?;
+    Ok((head, body))
 }
 
 /// A request to an event route: its head and its body, read up to the

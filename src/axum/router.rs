@@ -14,7 +14,7 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::answer::{HttpAnswer, ToHttpAnswer};
 use crate::axum::cors;
-use crate::axum::extract::{EventRequest, OAuthRequest};
+use crate::axum::extract::{EventRequest, OAuthRequest, WebhookRequest};
 use crate::axum::openapi::{self, OPENAPI_PATH, serve_document};
 use crate::axum::respond::{panic_as_json, plain_errors_as_json};
 use crate::axum::route_table::{self, Route};
@@ -238,11 +238,11 @@ pub(super) async fn metadata(State(gateway): Shared) -> HttpAnswer {
         `text/plain;charset=UTF-8`. With an `Idempotency-Key`, a retry with the same body \
         within 24 h answers the first `event_uuid` with `Idempotent-Replayed: true` and records \
         nothing.",
-    params(("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false, pattern = "^[!-~]{1,255}$",
         description = "1 to 255 visible ASCII characters, chosen by the client per event.")),
     request_body(content(
         (openapi::intake::ConversionEvent = "application/json"),
-        (String = "text/plain"),
+        (openapi::intake::ConversionEvent = "text/plain"),
     ), description = "The event, as JSON; under `text/plain`, the same JSON text. At most 200 KiB."),
     responses(
         (status = 200, description = "Recorded, or recorded before (a replay).",
@@ -257,9 +257,10 @@ pub(super) async fn metadata(State(gateway): Shared) -> HttpAnswer {
             body = openapi::errors::FieldErrors),
         (status = 415, description = "A body neither JSON nor `text/plain`.",
             body = openapi::errors::ServiceError),
-        (status = 422, description = "The `Idempotency-Key` was used with another body \
-            (`IDEMPOTENCY_KEY_REUSED`), or a value the store cannot hold \
-            (`UNPROCESSABLE_ENTITY`).", body = openapi::errors::ServiceError),
+        (status = 409, description = "The `Idempotency-Key` was used with another body \
+            (`IDEMPOTENCY_KEY_REUSED`): choose a new key.", body = openapi::errors::ServiceError),
+        (status = 422, description = "A value the store cannot hold (`UNPROCESSABLE_ENTITY`).",
+            body = openapi::errors::ServiceError),
         (status = 429, description = "Over a rate limit (per contact, account or API key): \
             nothing recorded.", body = openapi::errors::RateLimitExceeded),
         (status = 503, description = "The store (or a rate limiter that fails closed) failed: \
@@ -286,7 +287,7 @@ pub(super) async fn conversion(
     summary = "Record an event, by bearer token",
     description = "One conversion from an application, for the account its token acts on. \
         `Idempotency-Key` as on `/platform/conversions`.",
-    params(("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false, pattern = "^[!-~]{1,255}$",
         description = "1 to 255 visible ASCII characters, chosen by the client per event.")),
     request_body(content((openapi::intake::ConversionEvent = "application/json")),
         description = "The event. At most 200 KiB."),
@@ -303,9 +304,10 @@ pub(super) async fn conversion(
             body = openapi::errors::FieldErrors),
         (status = 415, description = "A body that is not JSON.",
             body = openapi::errors::ServiceError),
-        (status = 422, description = "The `Idempotency-Key` was used with another body \
-            (`IDEMPOTENCY_KEY_REUSED`), or a value the store cannot hold \
-            (`UNPROCESSABLE_ENTITY`).", body = openapi::errors::ServiceError),
+        (status = 409, description = "The `Idempotency-Key` was used with another body \
+            (`IDEMPOTENCY_KEY_REUSED`): choose a new key.", body = openapi::errors::ServiceError),
+        (status = 422, description = "A value the store cannot hold (`UNPROCESSABLE_ENTITY`).",
+            body = openapi::errors::ServiceError),
         (status = 429, description = "Over a rate limit (per contact, account or application): \
             nothing recorded.", body = openapi::errors::RateLimitExceeded),
         (status = 503, description = "The store (or a rate limiter that fails closed) failed: \
@@ -325,7 +327,7 @@ pub(super) async fn event(State(gateway): Shared, request: EventRequest) -> Http
     description = "1 to 1000 events, validated whole and recorded all or nothing; every error \
         names its event's index (`$[2].payload.email`). `Idempotency-Key` as on \
         `/platform/conversions`.",
-    params(("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false, pattern = "^[!-~]{1,255}$",
         description = "1 to 255 visible ASCII characters, chosen by the client per batch.")),
     request_body(content((openapi::intake::ConversionBatch = "application/json")),
         description = "The events. At most 200 KiB."),
@@ -342,9 +344,10 @@ pub(super) async fn event(State(gateway): Shared, request: EventRequest) -> Http
             body = openapi::errors::FieldErrors),
         (status = 415, description = "A body that is not JSON.",
             body = openapi::errors::ServiceError),
-        (status = 422, description = "The `Idempotency-Key` was used with another body \
-            (`IDEMPOTENCY_KEY_REUSED`), or a value the store cannot hold \
-            (`UNPROCESSABLE_ENTITY`).", body = openapi::errors::ServiceError),
+        (status = 409, description = "The `Idempotency-Key` was used with another body \
+            (`IDEMPOTENCY_KEY_REUSED`): choose a new key.", body = openapi::errors::ServiceError),
+        (status = 422, description = "A value the store cannot hold (`UNPROCESSABLE_ENTITY`).",
+            body = openapi::errors::ServiceError),
         (status = 429, description = "Over a rate limit (per contact, account or application): \
             nothing recorded.", body = openapi::errors::RateLimitExceeded),
         (status = 503, description = "The store (or a rate limiter that fails closed) failed: \
@@ -375,7 +378,8 @@ pub(super) async fn batch(State(gateway): Shared, request: EventRequest) -> Http
         (status = 401, description = "No valid bearer token, or the URL did not answer the \
             validation call with 2xx in time (`UNAUTHORIZED`).",
             body = openapi::errors::ServiceError),
-        (status = 413, description = "A body over 16 KiB (`BODY_TOO_LARGE`).",
+        (status = 413, description = "A body over 334,972 bytes (`BODY_TOO_LARGE`): more \
+            than the largest valid registration.",
             body = openapi::errors::ServiceError),
         (status = 415, description = "A `Content-Type` other than JSON.",
             body = openapi::errors::ServiceError),
@@ -386,7 +390,7 @@ pub(super) async fn batch(State(gateway): Shared, request: EventRequest) -> Http
     ),
     security(("bearer" = [])),
 )]
-pub(super) async fn create_webhook(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
+pub(super) async fn create_webhook(State(gateway): Shared, request: WebhookRequest) -> HttpAnswer {
     settle(&gateway, gateway.create_webhook(&request.parts()).await)
 }
 
@@ -402,7 +406,8 @@ pub(super) async fn create_webhook(State(gateway): Shared, request: OAuthRequest
             body = openapi::errors::ServiceError),
         (status = 401, description = "No valid bearer token (`UNAUTHORIZED`).",
             body = openapi::errors::ServiceError),
-        (status = 413, description = "A body over 16 KiB (`BODY_TOO_LARGE`).",
+        (status = 413, description = "A body over 334,972 bytes (`BODY_TOO_LARGE`): more \
+            than the largest valid registration.",
             body = openapi::errors::ServiceError),
         (status = 422, description = "The store refused a value (`UNPROCESSABLE_ENTITY`); \
             do not retry.", body = openapi::errors::ServiceError),
@@ -411,7 +416,7 @@ pub(super) async fn create_webhook(State(gateway): Shared, request: OAuthRequest
     ),
     security(("bearer" = [])),
 )]
-pub(super) async fn list_webhooks(State(gateway): Shared, request: OAuthRequest) -> HttpAnswer {
+pub(super) async fn list_webhooks(State(gateway): Shared, request: WebhookRequest) -> HttpAnswer {
     settle(&gateway, gateway.list_webhooks(&request.parts()).await)
 }
 
@@ -430,7 +435,8 @@ pub(super) async fn list_webhooks(State(gateway): Shared, request: OAuthRequest)
             body = openapi::errors::ServiceError),
         (status = 404, description = "No webhook of the caller's has this uuid (`NOT_FOUND`).",
             body = openapi::errors::ServiceError),
-        (status = 413, description = "A body over 16 KiB (`BODY_TOO_LARGE`).",
+        (status = 413, description = "A body over 334,972 bytes (`BODY_TOO_LARGE`): more \
+            than the largest valid registration.",
             body = openapi::errors::ServiceError),
         (status = 422, description = "The store refused a value (`UNPROCESSABLE_ENTITY`); \
             do not retry.", body = openapi::errors::ServiceError),
@@ -442,7 +448,7 @@ pub(super) async fn list_webhooks(State(gateway): Shared, request: OAuthRequest)
 pub(super) async fn show_webhook(
     State(gateway): Shared,
     Path(uuid): Path<String>,
-    request: OAuthRequest,
+    request: WebhookRequest,
 ) -> HttpAnswer {
     settle(
         &gateway,
@@ -471,7 +477,8 @@ pub(super) async fn show_webhook(
             body = openapi::errors::ServiceError),
         (status = 404, description = "No webhook of the caller's has this uuid (`NOT_FOUND`).",
             body = openapi::errors::ServiceError),
-        (status = 413, description = "A body over 16 KiB (`BODY_TOO_LARGE`).",
+        (status = 413, description = "A body over 334,972 bytes (`BODY_TOO_LARGE`): more \
+            than the largest valid registration.",
             body = openapi::errors::ServiceError),
         (status = 415, description = "A `Content-Type` other than JSON.",
             body = openapi::errors::ServiceError),
@@ -485,7 +492,7 @@ pub(super) async fn show_webhook(
 pub(super) async fn update_webhook(
     State(gateway): Shared,
     Path(uuid): Path<String>,
-    request: OAuthRequest,
+    request: WebhookRequest,
 ) -> HttpAnswer {
     settle(
         &gateway,
@@ -508,7 +515,8 @@ pub(super) async fn update_webhook(
             body = openapi::errors::ServiceError),
         (status = 404, description = "No webhook of the caller's has this uuid (`NOT_FOUND`).",
             body = openapi::errors::ServiceError),
-        (status = 413, description = "A body over 16 KiB (`BODY_TOO_LARGE`).",
+        (status = 413, description = "A body over 334,972 bytes (`BODY_TOO_LARGE`): more \
+            than the largest valid registration.",
             body = openapi::errors::ServiceError),
         (status = 422, description = "The store refused a value (`UNPROCESSABLE_ENTITY`); \
             do not retry.", body = openapi::errors::ServiceError),
@@ -520,7 +528,7 @@ pub(super) async fn update_webhook(
 pub(super) async fn delete_webhook(
     State(gateway): Shared,
     Path(uuid): Path<String>,
-    request: OAuthRequest,
+    request: WebhookRequest,
 ) -> HttpAnswer {
     settle(
         &gateway,

@@ -174,6 +174,59 @@ async fn oversized_bodies_are_refused_with_their_route_s_413() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 }
 
+/// The largest registration the rules accept, with every character
+/// escaped at its longest: 100 identifiers of 255 astral characters, each
+/// written as a surrogate pair, and a URL of the longest length accepted,
+/// every byte of it escaped.
+fn largest_valid_registration() -> String {
+    use crate::webhooks::destination::MAX_URL_LEN;
+    use crate::webhooks::registration::{MAX_EVENT_IDENTIFIERS, MAX_IDENTIFIER_LEN};
+    let identifier = format!("\"{}\"", "\\ud83d\\ude00".repeat(MAX_IDENTIFIER_LEN));
+    let identifiers = vec![identifier; MAX_EVENT_IDENTIFIERS].join(",");
+    let base = "https://hooks.example/";
+    let url = format!(
+        "{}{}",
+        base.chars()
+            .map(|c| format!("\\u{:04x}", u32::from(c)))
+            .collect::<String>(),
+        "\\u0061".repeat(MAX_URL_LEN - base.len())
+    );
+    format!(
+        "{{\"event_type\":\"WEBHOOK.CONVERTED\",\"entity_type\":\"CONTACT\",\
+         \"http_method\":\"POST\",\"include_relations\":[\"COMPANY\",\"CONTACT_FUNNEL\"],\
+         \"url\":\"{url}\",\"event_identifiers\":[{identifiers}]}}"
+    )
+}
+
+#[tokio::test]
+async fn webhook_routes_read_the_largest_valid_registration_and_refuse_more() {
+    let gateway = gateway(Arc::new(ManualClock::at_epoch_of_tests()));
+    let largest = largest_valid_registration();
+    let parsed: serde_json::Value = serde_json::from_str(&largest).expect("valid JSON");
+    assert_eq!(parsed["url"].as_str().map(str::len), Some(2048));
+    assert!(largest.len() <= WEBHOOK_BODY_LIMIT, "{}", largest.len());
+    assert!(largest.len() > OAUTH_BODY_LIMIT, "{}", largest.len());
+    // Read whole: the core then asks for a bearer token.
+    let (status, _, body) = send(
+        router(gateway.clone()),
+        post(
+            "/integrations/webhooks",
+            "application/json",
+            largest.into_bytes(),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let big = vec![b' '; WEBHOOK_BODY_LIMIT + 1];
+    let (status, _, body) = send(
+        router(gateway),
+        post("/integrations/webhooks", "application/json", big),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error_type"], "BODY_TOO_LARGE");
+}
+
 #[tokio::test]
 async fn the_router_answers_unknown_paths_and_methods_in_json() {
     let gateway = gateway(Arc::new(ManualClock::at_epoch_of_tests()));

@@ -72,7 +72,7 @@ pub enum IntakeError {
     Store(#[from] StoreError),
 }
 
-/// A 400, 401, 413, 415, 422 or 429 with the service's error body, the
+/// A 400, 401, 409, 413, 415 or 429 with the service's error body, the
 /// bearer challenge, or a 503 (the store's, or the limiter's when it fails
 /// closed). Exhaustive.
 impl IntakeError {
@@ -109,9 +109,15 @@ impl ToHttpAnswer for IntakeError {
             IntakeError::InvalidIdempotencyKey => {
                 HttpAnswer::error(400, "INVALID_IDEMPOTENCY_KEY", &message)
             }
-            // draft-ietf-httpapi-idempotency-key-header section 2.7: 422.
+            // 409 Conflict (RFC 9110 section 15.5.10): the request is well
+            // formed, but the key is already bound to another request, a
+            // conflict with stored state the client resolves with a new key.
+            // draft-ietf-httpapi-idempotency-key-header section 2.7 suggests
+            // 422 (a SHOULD), which says the content itself cannot be
+            // processed; it can, under any other key, and clients and
+            // fuzzers alike read 422 as "this body is invalid".
             IntakeError::IdempotencyKeyReused => {
-                HttpAnswer::error(422, "IDEMPOTENCY_KEY_REUSED", &message)
+                HttpAnswer::error(409, "IDEMPOTENCY_KEY_REUSED", &message)
             }
             IntakeError::RateLimited(refusal) => refusal.to_http_answer(context),
             IntakeError::LimiterUnavailable => HttpAnswer::error(

@@ -26,7 +26,8 @@ pub(crate) fn params_error(error: ParamsError) -> TokenError {
 }
 
 /// The client credentials of a request: HTTP Basic (RFC 6749 section 2.3.1)
-/// or `client_id`/`client_secret` in the body. Both may be sent if they agree.
+/// or `client_id`/`client_secret` in the body. Both may be sent if they agree;
+/// if they disagree, the client is not authenticated (`invalid_client`).
 /// A Bearer header is not client authentication and is ignored: some clients
 /// send their access token on every request, this one included (the real
 /// service's official Ruby client adds `Authorization: Bearer` to all its
@@ -45,17 +46,15 @@ pub(crate) fn presented_client(
             client_id,
             client_secret,
         }) => {
-            if body_id.is_some_and(|id| id != client_id) {
-                return Err(TokenError::Conflicting {
-                    path: "body.client_id",
-                    reason: "it differs from the Authorization header",
-                });
-            }
-            if body_secret.is_some_and(|secret| secret != client_secret) {
-                return Err(TokenError::Conflicting {
-                    path: "body.client_secret",
-                    reason: "it differs from the Authorization header",
-                });
+            // Credentials in the body that disagree with the header name
+            // another client, or the same one with another secret: the
+            // client could not be authenticated (RFC 6749 section 5.2,
+            // `invalid_client`, 401 with the Basic challenge). The request
+            // itself is well formed, so this is not `invalid_request`.
+            let disagrees = body_id.is_some_and(|id| id != client_id)
+                || body_secret.is_some_and(|secret| secret != client_secret);
+            if disagrees {
+                return Err(TokenError::InvalidClient { basic: true });
             }
             Ok(Some(PresentedClient {
                 id: client_id,
@@ -161,20 +160,18 @@ mod tests {
             presented("client_id=app&client_secret=s3cret", Some(&header)),
             expected
         );
-        let other_secret = presented("client_secret=other", Some(&header));
-        assert!(
-            other_secret
-                .as_ref()
-                .is_err_and(|e| e.contains("body.client_secret")),
-            "{other_secret:?}"
-        );
-        let other_id = presented("client_id=other", Some(&header));
-        assert!(
-            other_id
-                .as_ref()
-                .is_err_and(|e| e.contains("body.client_id")),
-            "{other_id:?}"
-        );
+        // Body credentials that disagree with the header: not authenticated,
+        // whichever half disagrees (RFC 6749 section 5.2, `invalid_client`).
+        let refused = Err(format!("{:?}", TokenError::InvalidClient { basic: true }));
+        for body in [
+            "client_secret=other",
+            "client_id=other",
+            "client_id=",
+            "client_id=app&client_secret=other",
+            "client_id=other&client_secret=s3cret",
+        ] {
+            assert_eq!(presented(body, Some(&header)), refused, "{body}");
+        }
     }
 
     #[test]

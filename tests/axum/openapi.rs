@@ -722,7 +722,7 @@ async fn intake_answers_match_the_document() {
     .await;
     c.json(Method::POST, BATCH, BATCH, auth, &event).await;
 
-    for status in [200, 400, 401, 413, 415, 422, 429] {
+    for status in [200, 400, 401, 409, 413, 415, 429] {
         assert!(
             c.seen
                 .contains(&("POST".to_owned(), CONVERSIONS.to_owned(), status)),

@@ -577,7 +577,7 @@ async fn a_retry_with_the_same_idempotency_key_answers_the_first_uuid() {
             Some("retry-1"),
         )
         .await;
-    assert_error(&answer, 422, "IDEMPOTENCY_KEY_REUSED");
+    assert_error(&answer, 409, "IDEMPOTENCY_KEY_REUSED");
     assert_eq!(sink.len(), 1);
 
     let answer = t

@@ -73,17 +73,33 @@ async fn authlib_content_type_and_unencoded_basic_are_served() {
 }
 
 #[tokio::test]
-async fn credentials_in_header_and_body_must_agree() {
+async fn credentials_in_header_and_body_must_agree_or_the_client_is_not_authenticated() {
     let f = Fixture::new().await;
     let code = f.code().await;
     let agreeing = format!("code={code}&client_id={}", f.client.id);
     assert_eq!(f.token_form(&agreeing, Some(&f.basic())).await.status, 200);
 
+    // Body credentials that disagree with the header leave the client
+    // unauthenticated (RFC 6749 section 5.2, `invalid_client`), with the
+    // Basic challenge, and the code stays unspent.
     let code = f.code().await;
     let disagreeing = format!("code={code}&client_id={}", f.other_client.id);
     let answer = f.token_form(&disagreeing, Some(&f.basic())).await;
-    assert_error(&answer, 400, "CONFLICTING_FIELD");
-    assert_eq!(body(&answer)["path"], "body.client_id");
+    assert_error(&answer, 401, "ACCESS_DENIED");
+    assert_eq!(body(&answer)["error"], "invalid_client");
+    assert!(
+        answer
+            .header("www-authenticate")
+            .is_some_and(|challenge| challenge.starts_with("Basic realm=")),
+        "{:?}",
+        answer.headers
+    );
+    let other_secret = format!("code={code}&client_id={}&client_secret=other", f.client.id);
+    let answer = f.token_form(&other_secret, Some(&f.basic())).await;
+    assert_error(&answer, 401, "ACCESS_DENIED");
+    assert_eq!(body(&answer)["error"], "invalid_client");
+    let agreeing = format!("code={code}&client_id={}", f.client.id);
+    assert_eq!(f.token_form(&agreeing, Some(&f.basic())).await.status, 200);
 }
 
 #[tokio::test]

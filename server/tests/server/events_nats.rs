@@ -84,7 +84,7 @@ async fn events_go_to_jetstream_and_the_consumer_reads_them_back() {
             conversion_body("other@example.com").to_string(),
         )
         .await;
-    other.assert_error(422, "IDEMPOTENCY_KEY_REUSED");
+    other.assert_error(409, "IDEMPOTENCY_KEY_REUSED");
     sent.push(first.json()["event_uuid"].as_str().unwrap().to_owned());
 
     let dir = conversion_gateway_testkit::TempDir::new("consumer-nats");

@@ -7,9 +7,11 @@
 //! standard field nor a custom field (`cf_<name>`) of the account is
 //! accepted and dropped.
 
-use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
+use utoipa::openapi::schema::{
+    AllOfBuilder, AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, Type,
+};
 use utoipa::openapi::{Ref, RefOr};
-use utoipa::{PartialSchema, ToSchema};
+use utoipa::{Modify, PartialSchema, ToSchema};
 
 use serde::Deserialize;
 
@@ -152,7 +154,7 @@ pub(crate) struct ConversionPayload {
     pub(crate) traffic_value: Option<String>,
     /// Tags added to the contact: lowercase, unique, not blank, at most 255
     /// characters each, at most 50.
-    #[schema(max_items = 50, value_type = Option<Vec<Tag>>)]
+    #[schema(max_items = 50, value_type = Option<std::collections::BTreeSet<Tag>>)]
     pub(crate) tags: Option<Vec<String>>,
     /// Whether the contact receives e-mails.
     pub(crate) available_for_mailing: Option<bool>,
@@ -164,11 +166,26 @@ pub(crate) struct ConversionPayload {
 /// A tag: lowercase, not blank, at most 255 characters.
 pub(crate) struct Tag;
 
+/// What the validator counts as uppercase (`char::is_uppercase`, Unicode's
+/// `Uppercase` property), as a regex class body: the letters of general
+/// category `Lu` and the `Other_Uppercase` symbols (Roman numerals, circled
+/// and squared capitals). ECMA-262 has `\p{Lu}` but not every engine has
+/// `\p{Uppercase}`, so the rest is listed; the astral ranges are written as
+/// characters, which every engine reads.
+const UPPERCASE: &str = "\\p{Lu}\\u2160-\\u216F\\u24B6-\\u24CF\u{1F130}-\u{1F149}\u{1F150}-\u{1F169}\u{1F170}-\u{1F189}";
+
+impl Tag {
+    /// The pattern of a tag: no uppercase character, no control character
+    /// but tab and line breaks, and one character that is not blank.
+    pub(crate) fn pattern() -> String {
+        let allowed = format!("[^{UPPERCASE}\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]");
+        let visible = format!("[^\\s{UPPERCASE}\\u0000-\\u001F]");
+        format!("^{allowed}*{visible}{allowed}*$")
+    }
+}
+
 impl PartialSchema for Tag {
     fn schema() -> RefOr<Schema> {
-        // The pattern excludes ASCII capitals only: `\p{Lu}` needs a
-        // Unicode-aware regex engine, which not every client of the
-        // document has; the description says the rest.
         ObjectBuilder::new()
             .schema_type(Type::String)
             .description(Some(
@@ -177,7 +194,7 @@ impl PartialSchema for Tag {
             ))
             .min_length(Some(1))
             .max_length(Some(255))
-            .pattern(Some("^[^A-Z\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*[^\\sA-Z\\u0000-\\u001F][^A-Z\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*$"))
+            .pattern(Some(Self::pattern()))
             .into()
     }
 }
@@ -269,4 +286,49 @@ pub(crate) struct BatchRecorded {
     pub(crate) event_batch_uuid: String,
     /// One per event, in request order.
     pub(crate) events: Vec<EventRecorded>,
+}
+
+/// `status` is required (and not `null`) when a legal basis's `type` is
+/// `consent`, and only then: without it a consent would record neither a
+/// grant nor a refusal (`CANNOT_BE_NULL` on `status`). The derive cannot say
+/// "required if", so `LegalBasis` becomes `allOf: [its fields, anyOf:
+/// [a type other than consent, a status]]`, the other types read from
+/// `LegalBasisType` itself so that the two cannot drift.
+pub(crate) struct StatusWithConsent;
+
+impl Modify for StatusWithConsent {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        let other_types: Vec<serde_json::Value> = match components.schemas.get("LegalBasisType") {
+            Some(RefOr::T(Schema::Object(kinds))) => kinds
+                .enum_values
+                .iter()
+                .flatten()
+                .filter(|kind| kind.as_str() != Some("consent"))
+                .cloned()
+                .collect(),
+            _ => return,
+        };
+        let Some(fields) = components.schemas.remove("LegalBasis") else {
+            return;
+        };
+        let not_consent = ObjectBuilder::new().property(
+            "type",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(other_types))
+                .description(Some("A type other than `consent`.")),
+        );
+        let with_status = ObjectBuilder::new()
+            .property("status", Ref::from_schema_name("LegalBasisStatus"))
+            .required("status");
+        let basis = AllOfBuilder::new()
+            .item(fields)
+            .item(AnyOfBuilder::new().item(not_consent).item(with_status));
+        components
+            .schemas
+            .insert("LegalBasis".to_owned(), basis.into());
+    }
 }

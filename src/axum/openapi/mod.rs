@@ -44,12 +44,18 @@ use ::axum::response::{IntoResponse, Response};
 use http::header;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
-use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{
+    ApiKey, ApiKeyValue, AuthorizationCode, Flow, HttpAuthScheme, HttpBuilder, OAuth2, Scopes,
+    SecurityScheme,
+};
 use utoipa::openapi::{HttpMethod, RefOr};
 use utoipa::{Modify, OpenApi};
 
 use crate::axum::router::CONVERSIONS_PATH;
 use crate::oauth::metadata::TOKEN_PATH;
+use crate::signin::flows::DIALOG_PATH;
+use intake::StatusWithConsent;
+use oauth::BodyCredentialsInPairs;
 
 /// Where [`router`](crate::axum::router) serves the document.
 pub const OPENAPI_PATH: &str = "/openapi.json";
@@ -89,7 +95,13 @@ pub const OPENAPI_PATH: &str = "/openapi.json";
         serve_document,
     ),
     components(schemas(intake::ConversionEvent, errors::ServiceError, errors::FieldErrors)),
-    modifiers(&SecuritySchemes, &ServiceRules, &OptionalTokenBody),
+    modifiers(
+        &SecuritySchemes,
+        &ServiceRules,
+        &OptionalTokenBody,
+        &BodyCredentialsInPairs,
+        &StatusWithConsent
+    ),
     tags(
         (name = "oauth", description = "Tokens (RFC 6749), revocation (RFC 7009), \
             introspection (RFC 7662) and metadata (RFC 8414)."),
@@ -137,17 +149,28 @@ struct SecuritySchemes;
 impl Modify for SecuritySchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
+        // The bearer token is what RFC 6749 section 4.1's authorization code
+        // flow issues: describing it as that flow tells generated clients
+        // where to send the user and where to redeem and refresh, and tells
+        // tools such as Schemathesis that the token endpoint mints
+        // credentials, so that a random `code` refused there is not "valid
+        // data rejected".
         components.add_security_scheme(
             "bearer",
-            SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .description(Some(
-                        "An access token from `POST /auth/token` (`cgat_...`), as \
-                         `Authorization: Bearer <token>` (RFC 6750).",
-                    ))
-                    .build(),
-            ),
+            SecurityScheme::OAuth2(OAuth2::with_description(
+                [Flow::AuthorizationCode(
+                    AuthorizationCode::with_refresh_url(
+                        DIALOG_PATH,
+                        TOKEN_PATH,
+                        Scopes::new(),
+                        TOKEN_PATH,
+                    ),
+                )],
+                "An access token (`cgat_...`) from the authorization code flow (RFC 6749 \
+                 section 4.1): the user approves the app at `/auth/dialog`, the app \
+                 redeems the code and refreshes at `POST /auth/token`, and sends \
+                 `Authorization: Bearer <token>` (RFC 6750). Access tokens last 86400 s.",
+            )),
         );
         components.add_security_scheme(
             "api_key",

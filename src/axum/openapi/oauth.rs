@@ -11,7 +11,10 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use utoipa::ToSchema;
+use utoipa::openapi::schema::{
+    AllOfBuilder, AnyOfBuilder, ObjectBuilder, Schema, SchemaType, Type,
+};
+use utoipa::{Modify, ToSchema};
 
 use crate::axum::openapi::errors::{FieldError, ServiceError, ValidationRules};
 
@@ -260,4 +263,67 @@ pub(crate) enum OAuthRefusal {
     OAuth(OAuthError),
     /// The service's alone.
     Service(ServiceError),
+}
+
+/// The request bodies that may carry a client's credentials.
+const CREDENTIAL_BODIES: [&str; 4] = [
+    "TokenRequestJson",
+    "TokenRequestForm",
+    "TokenReferenceJson",
+    "TokenReferenceForm",
+];
+
+/// `client_id` and `client_secret` in a body come together or not at all:
+/// one without the other is `400 CANNOT_BE_NULL` on the missing one
+/// (`COMPAT.md`, a required field missing), where an empty value or a JSON
+/// `null` counts as absent (RFC 6749 section 3.1). Each such body becomes
+/// `allOf: [its fields, anyOf: [both given, neither given]]`; "neither"
+/// is spelled with `maxLength: 0`, since utoipa has no `not`. (With HTTP
+/// Basic a `client_id` alone that names the same client is accepted too;
+/// the document asks for the pair, which every client may send.)
+pub(crate) struct BodyCredentialsInPairs;
+
+impl BodyCredentialsInPairs {
+    /// An object whose `client_id` and `client_secret` are both `given`
+    /// (non-empty strings) or both absent, empty or `null`.
+    fn pair(given: bool) -> Schema {
+        let value = |name: &str| {
+            if given {
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .description(Some(format!("A non-empty `{name}`.")))
+            } else {
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+                    .max_length(Some(0))
+                    .description(Some(format!("No `{name}`: absent, empty or `null`.")))
+            }
+        };
+        let mut object = ObjectBuilder::new()
+            .property("client_id", value("client_id"))
+            .property("client_secret", value("client_secret"));
+        if given {
+            object = object.required("client_id").required("client_secret");
+        }
+        object.into()
+    }
+}
+
+impl Modify for BodyCredentialsInPairs {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        for name in CREDENTIAL_BODIES {
+            let Some(fields) = components.schemas.remove(name) else {
+                continue;
+            };
+            let pairs = AnyOfBuilder::new()
+                .item(Self::pair(true))
+                .item(Self::pair(false));
+            let body = AllOfBuilder::new().item(fields).item(pairs);
+            components.schemas.insert(name.to_owned(), body.into());
+        }
+    }
 }

@@ -430,3 +430,29 @@ fn every_answer_of_the_webhook_routes_is_documented() {
         }
     }
 }
+
+/// The document's tag pattern refuses exactly the characters the validator
+/// counts as uppercase, over every Unicode scalar value the regex engine
+/// has assigned (Rust's own tables may be a Unicode version newer), controls
+/// and white space aside: the pattern refuses those for reasons of their
+/// own, and ECMA-262's `\s` also holds U+FEFF.
+#[test]
+fn the_tag_pattern_refuses_exactly_what_the_validator_calls_uppercase() {
+    use crate::axum::openapi::intake::Tag;
+    use crate::intake::validator::tags::has_uppercase;
+    let schema = json!({ "type": "string", "pattern": Tag::pattern() });
+    let pattern = jsonschema::validator_for(&schema).expect("a valid pattern");
+    let unassigned =
+        jsonschema::validator_for(&json!({ "pattern": "^\\p{Cn}$" })).expect("a valid pattern");
+    let mut disagreements = Vec::new();
+    for c in (0..=u32::from(char::MAX)).filter_map(char::from_u32) {
+        let tag = json!(c.to_string());
+        if c.is_control() || c.is_whitespace() || c == '\u{FEFF}' || unassigned.is_valid(&tag) {
+            continue;
+        }
+        if pattern.is_valid(&tag) == has_uppercase(&c.to_string()) {
+            disagreements.push(format!("U+{:04X}", u32::from(c)));
+        }
+    }
+    assert!(disagreements.is_empty(), "{disagreements:?}");
+}

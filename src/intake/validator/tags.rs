@@ -122,7 +122,7 @@ pub(super) fn read_tags<'a>(lexer: &mut Lexer<'a>, ctx: &mut Ctx<'_, 'a>) -> Sca
 }
 
 /// Whether a string holds an uppercase letter.
-fn has_uppercase(value: &str) -> bool {
+pub(crate) fn has_uppercase(value: &str) -> bool {
     if value.is_ascii() {
         value.bytes().any(|b| b.is_ascii_uppercase())
     } else {

@@ -89,7 +89,7 @@ impl EventModel {
                         replayed: true,
                     },
                     Some(_) => EventObserved::Refused {
-                        status: 422,
+                        status: 409,
                         error_type: "IDEMPOTENCY_KEY_REUSED".into(),
                     },
                     None => {
