@@ -167,20 +167,58 @@ pub(crate) struct ConversionPayload {
 pub(crate) struct Tag;
 
 /// What the validator counts as uppercase (`char::is_uppercase`, Unicode's
-/// `Uppercase` property), as a regex class body: the letters of general
-/// category `Lu` and the `Other_Uppercase` symbols (Roman numerals, circled
-/// and squared capitals). ECMA-262 has `\p{Lu}` but not every engine has
-/// `\p{Uppercase}`, so the rest is listed; the astral ranges are written as
-/// characters, which every engine reads.
-const UPPERCASE: &str = "\\p{Lu}\\u2160-\\u216F\\u24B6-\\u24CF\u{1F130}-\u{1F149}\u{1F150}-\u{1F169}\u{1F170}-\u{1F189}";
+/// `Uppercase` property), as the body of a regex character class: every
+/// run of such characters, read from Rust's own tables, so the two cannot
+/// disagree. Listed rather than written `\p{Lu}`: not every regex engine
+/// that reads the document has Unicode properties (Schemathesis's generator
+/// approximates `\p{Lu}` with a few Latin ranges), and `Uppercase` is more
+/// than `Lu` (Roman numerals, circled capitals). Characters of the Basic
+/// Multilingual Plane are escaped (`\u00C0`); the others are written as
+/// themselves, which engines without `\u{...}` read too.
+fn uppercase_class() -> String {
+    fn write(class: &mut String, c: char) {
+        if u32::from(c) <= 0xFFFF {
+            class.push_str(&format!("\\u{:04X}", u32::from(c)));
+        } else {
+            class.push(c);
+        }
+    }
+    let mut class = String::new();
+    let mut run: Option<(char, char)> = None;
+    let chars = (0..=u32::from(char::MAX)).filter_map(char::from_u32);
+    for c in chars.chain(std::iter::once('\0')) {
+        match run {
+            Some((first, last)) if c.is_uppercase() && u32::from(c) == u32::from(last) + 1 => {
+                run = Some((first, c));
+            }
+            _ => {
+                if let Some((first, last)) = run.take() {
+                    write(&mut class, first);
+                    if last != first {
+                        class.push('-');
+                        write(&mut class, last);
+                    }
+                }
+                if c.is_uppercase() {
+                    run = Some((c, c));
+                }
+            }
+        }
+    }
+    class
+}
 
 impl Tag {
     /// The pattern of a tag: no uppercase character, no control character
     /// but tab and line breaks, and one character that is not blank.
-    pub(crate) fn pattern() -> String {
-        let allowed = format!("[^{UPPERCASE}\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]");
-        let visible = format!("[^\\s{UPPERCASE}\\u0000-\\u001F]");
-        format!("^{allowed}*{visible}{allowed}*$")
+    pub(crate) fn pattern() -> &'static str {
+        static PATTERN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        PATTERN.get_or_init(|| {
+            let upper = uppercase_class();
+            let allowed = format!("[^{upper}\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]");
+            let visible = format!("[^\\s{upper}\\u0000-\\u001F]");
+            format!("^{allowed}*{visible}{allowed}*$")
+        })
     }
 }
 
