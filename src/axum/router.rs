@@ -241,7 +241,8 @@ pub(super) async fn metadata(State(gateway): Shared) -> HttpAnswer {
     params(("Idempotency-Key" = Option<String>, Header, nullable = false, pattern = "^[!-~]{1,255}$",
         description = "1 to 255 visible ASCII characters, chosen by the client per event.")),
     request_body(content(
-        (openapi::intake::ConversionEvent = "application/json"),
+        (openapi::intake::ConversionEvent = "application/json",
+            example = json!(openapi::intake::minimal_conversion("ana@example.com"))),
         (openapi::intake::ConversionEvent = "text/plain"),
     ), description = "The event, as JSON; under `text/plain`, the same JSON text. At most 200 KiB."),
     responses(
@@ -289,7 +290,8 @@ pub(super) async fn conversion(
         `Idempotency-Key` as on `/platform/conversions`.",
     params(("Idempotency-Key" = Option<String>, Header, nullable = false, pattern = "^[!-~]{1,255}$",
         description = "1 to 255 visible ASCII characters, chosen by the client per event.")),
-    request_body(content((openapi::intake::ConversionEvent = "application/json")),
+    request_body(content((openapi::intake::ConversionEvent = "application/json",
+            example = json!(openapi::intake::minimal_conversion("bo@example.com")))),
         description = "The event. At most 200 KiB."),
     responses(
         (status = 200, description = "Recorded, or recorded before (a replay).",

@@ -182,12 +182,47 @@ fn the_document_is_valid_openapi_3_1() {
     // That schema checks Schema Objects only for being objects: each must
     // also be JSON Schema 2020-12 (OpenAPI 3.1's dialect) that compiles,
     // its references resolved within the document.
-    for (name, _) in document["components"]["schemas"].as_object().unwrap() {
-        schema_validator(
+    // Each example is valid against its own schema (Schemathesis's
+    // examples phase sends them as they are).
+    let mut examples = 0;
+    for (name, schema) in document["components"]["schemas"].as_object().unwrap() {
+        let validator = schema_validator(
             &document,
             &json!({ "$ref": format!("#/components/schemas/{name}") }),
         );
+        for example in schema["examples"].as_array().into_iter().flatten() {
+            let errors: Vec<String> = validator
+                .iter_errors(example)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "the example of {name}: {errors:#?}");
+            examples += 1;
+        }
     }
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let content = &operation["requestBody"]["content"];
+            for (media, body) in content.as_object().into_iter().flatten() {
+                let Some(example) = body.get("example") else {
+                    continue;
+                };
+                let validator = schema_validator(&document, &body["schema"]);
+                let errors: Vec<String> = validator
+                    .iter_errors(example)
+                    .map(|e| e.to_string())
+                    .collect();
+                assert!(
+                    errors.is_empty(),
+                    "the {media} example of {method} {path}: {errors:#?}"
+                );
+                examples += 1;
+            }
+        }
+    }
+    assert!(
+        examples >= 3,
+        "both event routes and the webhook have examples"
+    );
 }
 
 /// A validator of `schema`, whose `$ref`s point into `document`.

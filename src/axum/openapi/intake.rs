@@ -8,7 +8,7 @@
 //! accepted and dropped.
 
 use utoipa::openapi::schema::{
-    AllOfBuilder, AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, Type,
+    AllOfBuilder, AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, SchemaFormat, Type,
 };
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{Modify, PartialSchema, ToSchema};
@@ -44,12 +44,45 @@ impl PartialSchema for RequiredString {
             .schema_type(Type::String)
             .min_length(Some(1))
             .max_length(Some(1024))
-            .pattern(Some("^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*[^\\s\\u0000-\\u001F][^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]*$"))
+            .pattern(Some(Self::pattern()))
             .into()
     }
 }
 
 impl ToSchema for RequiredString {}
+
+impl RequiredString {
+    /// No control character but tab and line breaks, and one character
+    /// that is not white space (`char::is_whitespace`; ECMA-262's `\s` is
+    /// another set: it holds U+FEFF and not U+0085).
+    pub(crate) fn pattern() -> &'static str {
+        static PATTERN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        PATTERN.get_or_init(|| visible_text_pattern(""))
+    }
+}
+
+/// A string without refused control characters, with at least one
+/// character that is neither white space nor control, and none of
+/// `excluded` (a character class body).
+fn visible_text_pattern(excluded: &str) -> String {
+    let space = char_class(char::is_whitespace);
+    let allowed = format!("[^{excluded}\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]");
+    let visible = format!("[^{space}{excluded}\\u0000-\\u001F]");
+    format!("^{allowed}*{visible}{allowed}*$")
+}
+
+/// A conversion with only its required fields, for the document's
+/// examples of the single-event routes. (Neither the event's schema nor the
+/// batch has one: Schemathesis builds its longest-batch case, 1,001 events,
+/// from them, and 1,001 events of that size pass the 200 KiB body limit,
+/// answered 413 before the count is read.)
+pub(crate) fn minimal_conversion(email: &str) -> serde_json::Value {
+    serde_json::json!({
+        "event_type": "CONVERSION",
+        "event_family": "CDP",
+        "payload": { "conversion_identifier": "newsletter-signup", "email": email }
+    })
+}
 
 /// A conversion event: recorded each time a conversion occurs.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -133,7 +166,7 @@ pub(crate) struct ConversionPayload {
     #[schema(value_type = Option<PayloadString>)]
     pub(crate) company_address: Option<String>,
     /// The visitor-tracking cookie's value.
-    #[schema(format = "uuid")]
+    #[schema(value_type = Option<TrackingId>)]
     pub(crate) client_tracking_id: Option<String>,
     /// The traffic-source cookie's value (JSON, raw or base64; then the
     /// other `traffic_` fields must be empty), or a UTM source; at most
@@ -166,16 +199,15 @@ pub(crate) struct ConversionPayload {
 /// A tag: lowercase, not blank, at most 255 characters.
 pub(crate) struct Tag;
 
-/// What the validator counts as uppercase (`char::is_uppercase`, Unicode's
-/// `Uppercase` property), as the body of a regex character class: every
-/// run of such characters, read from Rust's own tables, so the two cannot
-/// disagree. Listed rather than written `\p{Lu}`: not every regex engine
-/// that reads the document has Unicode properties (Schemathesis's generator
-/// approximates `\p{Lu}` with a few Latin ranges), and `Uppercase` is more
-/// than `Lu` (Roman numerals, circled capitals). Characters of the Basic
-/// Multilingual Plane are escaped (`\u00C0`); the others are written as
-/// themselves, which engines without `\u{...}` read too.
-fn uppercase_class() -> String {
+/// The characters for which `holds` is true, as the body of a regex
+/// character class: every run of them, read from Rust's own tables, so the
+/// document and the validator cannot disagree. Listed rather than written
+/// as a Unicode property (`\p{Lu}`): not every regex engine that reads the
+/// document has them (Schemathesis's generator approximates `\p{Lu}` with
+/// a few Latin ranges). Characters of the Basic Multilingual Plane are
+/// escaped (`\u00C0`); the others are written as themselves, which engines
+/// without `\u{...}` read too.
+fn char_class(holds: impl Fn(char) -> bool) -> String {
     fn write(class: &mut String, c: char) {
         if u32::from(c) <= 0xFFFF {
             class.push_str(&format!("\\u{:04X}", u32::from(c)));
@@ -186,9 +218,10 @@ fn uppercase_class() -> String {
     let mut class = String::new();
     let mut run: Option<(char, char)> = None;
     let chars = (0..=u32::from(char::MAX)).filter_map(char::from_u32);
-    for c in chars.chain(std::iter::once('\0')) {
-        match run {
-            Some((first, last)) if c.is_uppercase() && u32::from(c) == u32::from(last) + 1 => {
+    for c in chars.map(Some).chain(std::iter::once(None)) {
+        let held = c.filter(|&c| holds(c));
+        match (run, held) {
+            (Some((first, last)), Some(c)) if u32::from(c) == u32::from(last) + 1 => {
                 run = Some((first, c));
             }
             _ => {
@@ -199,26 +232,64 @@ fn uppercase_class() -> String {
                         write(&mut class, last);
                     }
                 }
-                if c.is_uppercase() {
-                    run = Some((c, c));
-                }
+                run = held.map(|c| (c, c));
             }
         }
     }
     class
 }
 
+/// A control character the validator refuses in a string
+/// (`INVALID_CHARACTERS`): C0 but tab, line feed and carriage return.
+fn refused_control(c: char) -> bool {
+    c < ' ' && !matches!(c, '\t' | '\n' | '\r')
+}
+
+/// The visitor-tracking cookie's value: a UUID, or blank (what a form
+/// sends when the visitor had no cookie, taken as not sent).
+pub(crate) struct TrackingId;
+
+impl TrackingId {
+    /// A blank value: white space only (`char::is_whitespace`), without
+    /// the control characters refused in any string.
+    pub(crate) fn blank_pattern() -> &'static str {
+        static PATTERN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        PATTERN.get_or_init(|| {
+            let blank = char_class(|c| c.is_whitespace() && !refused_control(c));
+            format!("^[{blank}]*$")
+        })
+    }
+}
+
+impl PartialSchema for TrackingId {
+    fn schema() -> RefOr<Schema> {
+        AnyOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .format(Some(SchemaFormat::Custom("uuid".to_owned()))),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(Self::blank_pattern())),
+            )
+            .item(ObjectBuilder::new().schema_type(Type::Null))
+            .description(Some(
+                "A UUID (8-4-4-4-12 hexadecimal digits), or blank: taken as not sent.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for TrackingId {}
+
 impl Tag {
     /// The pattern of a tag: no uppercase character, no control character
     /// but tab and line breaks, and one character that is not blank.
     pub(crate) fn pattern() -> &'static str {
         static PATTERN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        PATTERN.get_or_init(|| {
-            let upper = uppercase_class();
-            let allowed = format!("[^{upper}\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F]");
-            let visible = format!("[^\\s{upper}\\u0000-\\u001F]");
-            format!("^{allowed}*{visible}{allowed}*$")
-        })
+        PATTERN.get_or_init(|| visible_text_pattern(&char_class(char::is_uppercase)))
     }
 }
 

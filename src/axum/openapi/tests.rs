@@ -431,28 +431,82 @@ fn every_answer_of_the_webhook_routes_is_documented() {
     }
 }
 
-/// The document's tag pattern refuses exactly the characters the validator
-/// counts as uppercase, over every Unicode scalar value the regex engine
-/// has assigned (Rust's own tables may be a Unicode version newer), controls
-/// and white space aside: the pattern refuses those for reasons of their
-/// own, and ECMA-262's `\s` also holds U+FEFF.
-#[test]
-fn the_tag_pattern_refuses_exactly_what_the_validator_calls_uppercase() {
-    use crate::axum::openapi::intake::Tag;
-    use crate::intake::validator::tags::has_uppercase;
-    let schema = json!({ "type": "string", "pattern": Tag::pattern() });
-    let pattern = jsonschema::validator_for(&schema).expect("a valid pattern");
+/// For every Unicode scalar value `c` the pattern's engine has assigned
+/// (Rust's tables may be a Unicode version newer): the validator accepts
+/// the event whose `field` is `value(c)` exactly when `pattern` matches it.
+/// Returns the characters where they disagree.
+fn disagreements(
+    field: &str,
+    pattern: &str,
+    value: impl Fn(char) -> Value,
+    text: impl Fn(char) -> String,
+) -> Vec<String> {
+    let pattern = jsonschema::validator_for(&json!({ "type": "string", "pattern": pattern }))
+        .expect("a valid pattern");
     let unassigned =
         jsonschema::validator_for(&json!({ "pattern": "^\\p{Cn}$" })).expect("a valid pattern");
-    let mut disagreements = Vec::new();
+    let limits = ConversionLimits::default();
+    let mut found = Vec::new();
     for c in (0..=u32::from(char::MAX)).filter_map(char::from_u32) {
-        let tag = json!(c.to_string());
-        if c.is_control() || c.is_whitespace() || c == '\u{FEFF}' || unassigned.is_valid(&tag) {
+        if unassigned.is_valid(&json!(c.to_string())) {
             continue;
         }
-        if pattern.is_valid(&tag) == has_uppercase(&c.to_string()) {
-            disagreements.push(format!("U+{:04X}", u32::from(c)));
+        let mut event = json!({
+            "event_type": "CONVERSION",
+            "event_family": "CDP",
+            "payload": { "conversion_identifier": "x", "email": "ana@example.com" },
+        });
+        event["payload"][field] = value(c);
+        let accepted = validate_conversion(event.to_string().as_bytes(), &[], &limits).is_ok();
+        if accepted != pattern.is_valid(&json!(text(c))) {
+            found.push(format!("U+{:04X}", u32::from(c)));
         }
     }
-    assert!(disagreements.is_empty(), "{disagreements:?}");
+    found
+}
+
+/// A tag of one character is refused by the validator exactly when the
+/// document's tag pattern refuses it: uppercase (`char::is_uppercase`, far
+/// more than ASCII), blank or a control character.
+#[test]
+fn the_tag_pattern_refuses_exactly_what_the_validator_refuses() {
+    use crate::axum::openapi::intake::Tag;
+    let found = disagreements(
+        "tags",
+        Tag::pattern(),
+        |c| json!([c.to_string()]),
+        |c| c.to_string(),
+    );
+    assert!(found.is_empty(), "{found:?}");
+}
+
+/// A required string (`conversion_identifier`) of one character is
+/// refused by the validator exactly when the document's pattern refuses it:
+/// blank by Rust's white space, or a control character.
+#[test]
+fn the_required_string_pattern_refuses_exactly_what_the_validator_refuses() {
+    use crate::axum::openapi::intake::RequiredString;
+    let found = disagreements(
+        "conversion_identifier",
+        RequiredString::pattern(),
+        |c| json!(c.to_string()),
+        |c| c.to_string(),
+    );
+    assert!(found.is_empty(), "{found:?}");
+}
+
+/// The document's blank tracking id is exactly what the validator takes
+/// for one: a value of a character twice is refused by the validator
+/// exactly when the document's pattern for a blank id refuses it (every
+/// such value is too short to be a UUID).
+#[test]
+fn a_blank_tracking_id_is_what_the_validator_calls_blank() {
+    use crate::axum::openapi::intake::TrackingId;
+    let found = disagreements(
+        "client_tracking_id",
+        TrackingId::blank_pattern(),
+        |c| json!(format!("{c}{c}")),
+        |c| format!("{c}{c}"),
+    );
+    assert!(found.is_empty(), "{found:?}");
 }

@@ -59,6 +59,14 @@ pub(crate) enum WebhookStatus {
 /// A webhook to register. Before it is stored, the URL gets a signed
 /// validation call that must answer 2xx within 5 s.
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(examples(json!({
+    "event_type": "WEBHOOK.CONVERTED",
+    "entity_type": "CONTACT",
+    "url": "https://hooks.example.com/conversions",
+    "http_method": "POST",
+    "event_identifiers": ["newsletter-signup"],
+    "include_relations": ["COMPANY"]
+})))]
 pub(crate) struct WebhookRegistration {
     /// What it is called for.
     pub(crate) event_type: WebhookEventType,
