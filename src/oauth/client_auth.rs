@@ -160,13 +160,17 @@ mod tests {
             presented("client_id=app&client_secret=s3cret", Some(&header)),
             expected
         );
+        // An empty value counts as absent (RFC 6749 section 3.1).
+        assert_eq!(
+            presented("client_id=&client_secret=", Some(&header)),
+            expected
+        );
         // Body credentials that disagree with the header: not authenticated,
         // whichever half disagrees (RFC 6749 section 5.2, `invalid_client`).
         let refused = Err(format!("{:?}", TokenError::InvalidClient { basic: true }));
         for body in [
             "client_secret=other",
             "client_id=other",
-            "client_id=",
             "client_id=app&client_secret=other",
             "client_id=other&client_secret=s3cret",
         ] {
