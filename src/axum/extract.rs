@@ -32,77 +32,48 @@ pub const WEBHOOK_BODY_LIMIT: usize = MAX_EVENT_IDENTIFIERS
     + MAX_URL_LEN * LONGEST_ESCAPED_CHAR
     + 4 * 1024;
 
-/// A request to the token, revocation or introspection endpoint: its head
-/// and its body, read up to [`OAUTH_BODY_LIMIT`] bytes.
-///
-/// A larger body is answered `413 BODY_TOO_LARGE` (JSON) before more of it
-/// is read.
+/// A request whose body was read whole, up to `LIMIT` bytes: its head and
+/// its body. A larger body is answered `413 BODY_TOO_LARGE` (JSON) before
+/// more of it is read. The routes use it through [`OAuthRequest`] and
+/// [`WebhookRequest`]; a host's own route may pick its own limit.
 #[derive(Debug)]
-pub struct OAuthRequest {
+pub struct LimitedRequest<const LIMIT: usize> {
     head: http::request::Parts,
     body: Bytes,
 }
 
-impl OAuthRequest {
-    /// The parts for [`Gateway::token`] and [`Gateway::revoke`].
+/// A request to the token, revocation or introspection endpoint, its body
+/// read up to [`OAUTH_BODY_LIMIT`] bytes: the parts for [`Gateway::token`],
+/// [`Gateway::revoke`] and [`Gateway::introspect`].
+pub type OAuthRequest = LimitedRequest<OAUTH_BODY_LIMIT>;
+
+/// A request to a webhook route, its body read up to
+/// [`WEBHOOK_BODY_LIMIT`] bytes: the parts for [`Gateway::create_webhook`]
+/// and the other webhook calls.
+pub type WebhookRequest = LimitedRequest<WEBHOOK_BODY_LIMIT>;
+
+impl<const LIMIT: usize> LimitedRequest<LIMIT> {
+    /// The parts for the [`Gateway`] call that serves the route.
     pub fn parts(&self) -> RequestParts<'_> {
         RequestParts::from_http(&self.head, &self.body)
     }
 }
 
-impl<S: Send + Sync> FromRequest<S> for OAuthRequest {
+impl<S: Send + Sync, const LIMIT: usize> FromRequest<S> for LimitedRequest<LIMIT> {
     type Rejection = HttpAnswer;
 
     async fn from_request(request: Request, _: &S) -> Result<Self, HttpAnswer> {
-        let (head, body) = read_request(request, OAUTH_BODY_LIMIT).await?;
+        let (head, body) = request.into_parts();
+        let body = read_body(body, LIMIT)
+            .await
+            .map_err(|refusal| match refusal {
+                BodyRefusal::TooLarge => {
+                    HttpAnswer::error(413, "BODY_TOO_LARGE", "the request body is too large")
+                }
+                BodyRefusal::Unreadable => unreadable(),
+            })?;
         Ok(Self { head, body })
     }
-}
-
-/// A request to a webhook route: its head and its body, read up to
-/// [`WEBHOOK_BODY_LIMIT`] bytes.
-///
-/// A larger body is answered `413 BODY_TOO_LARGE` (JSON) before more of it
-/// is read.
-#[derive(Debug)]
-pub struct WebhookRequest {
-    head: http::request::Parts,
-    body: Bytes,
-}
-
-impl WebhookRequest {
-    /// The parts for [`Gateway::create_webhook`] and the other webhook
-    /// calls.
-    pub fn parts(&self) -> RequestParts<'_> {
-        RequestParts::from_http(&self.head, &self.body)
-    }
-}
-
-impl<S: Send + Sync> FromRequest<S> for WebhookRequest {
-    type Rejection = HttpAnswer;
-
-    async fn from_request(request: Request, _: &S) -> Result<Self, HttpAnswer> {
-        let (head, body) = read_request(request, WEBHOOK_BODY_LIMIT).await?;
-        Ok(Self { head, body })
-    }
-}
-
-/// The head and the whole body of `request`, or `413 BODY_TOO_LARGE` past
-/// `limit` bytes.
-async fn read_request(
-    request: Request,
-    limit: usize,
-) -> Result<(http::request::Parts, Bytes), HttpAnswer> {
-    let (head, body) = request.into_parts();
-    let body = read_body(body, limit)
-        .await
-        .map_err(|refusal| match refusal {
-            BodyRefusal::TooLarge => {
-                HttpAnswer::error(413, "BODY_TOO_LARGE", "the request body is too large")
-            }
-            BodyRefusal::Unreadable => unreadable(),
-        })?;
-    Ok((head, body))
 }
 
 /// A request to an event route: its head and its body, read up to the

@@ -75,7 +75,8 @@ mod serve;
 
 pub use bearer::Bearer;
 pub use extract::{
-    EventRequest, OAUTH_BODY_LIMIT, OAuthRequest, WEBHOOK_BODY_LIMIT, WebhookRequest,
+    EventRequest, LimitedRequest, OAUTH_BODY_LIMIT, OAuthRequest, WEBHOOK_BODY_LIMIT,
+    WebhookRequest,
 };
 pub use openapi::{OPENAPI_PATH, openapi_document};
 pub use operating::{operations_router, operations_routes};
