@@ -910,6 +910,76 @@ fn malformed_json_is_a_single_bad_request() {
     assert_eq!(kinds(&errors(body)), [("BAD_REQUEST", "$".to_owned())]);
 }
 
+/// The message of the single `BAD_REQUEST` at `$` that a body that is not
+/// JSON gets, from `validate_conversion` and `validate_batch` alike.
+fn not_json_message(body: &[u8]) -> String {
+    let single = errors(body);
+    let batch = validate_batch(body, &[], &limits()).expect_err("not JSON");
+    assert_eq!(single, batch, "{:?}", String::from_utf8_lossy(body));
+    assert_eq!(single.status(), 400);
+    assert_eq!(
+        kinds(&single),
+        [("BAD_REQUEST", "$".to_owned())],
+        "{:?}",
+        String::from_utf8_lossy(body)
+    );
+    single.errors()[0].to_string()
+}
+
+#[test]
+fn a_body_that_is_not_utf8_gives_the_line_and_column_of_its_first_bad_byte() {
+    // The column counts bytes from 1, the line counts line feeds from 1: a
+    // carriage return is a byte of its line, and each byte of a multi-byte
+    // character counts.
+    for (body, line, column) in [
+        (&b"\xff"[..], 1, 1),
+        (b"\xff\n\n", 1, 1),
+        (b"{\"a\":\"\xff\"}", 1, 7),
+        (b"\n\xff", 2, 1),
+        (b"\n\n\n\xff", 4, 1),
+        (b"{\n\xff", 2, 1),
+        (b"{\n \"a\":\"\xfe\"}", 2, 7),
+        (b"{\r\n\"a\":\r\n  \"x\xc0\"}", 3, 5),
+        // "é" is two bytes, "€" three: the bad byte is the ninth of its line.
+        (
+            b"\"\xc3\xa9\xe2\x82\xac\"\n\n  \"\xc3\xa9\xe2\x82\xac\xff\"",
+            3,
+            9,
+        ),
+        // A character cut short: the line and column of its first byte.
+        (b"[\"ab\xe2\x82", 1, 5),
+        (b"{\"a\":1,\n\"b\":\"\xf0\x9f\x98\"}", 2, 6),
+    ] {
+        assert_eq!(
+            not_json_message(body),
+            format!("the body is not valid JSON (line {line}, column {column})"),
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
+#[test]
+fn malformed_json_gives_the_line_and_column_where_it_stops() {
+    for (body, line, column) in [
+        (&b""[..], 1, 1),
+        (b"   ", 1, 4),
+        (b"{", 1, 2),
+        (b"{\"a\":1,}", 1, 8),
+        (b"{\n  \"a\": 1,\n}", 3, 1),
+        (b"\n\n  nope", 3, 3),
+        (b"{}\r\n {}", 2, 2),
+        (b"[1,\n 2,\n \"tab\there\"]", 3, 6),
+    ] {
+        assert_eq!(
+            not_json_message(body),
+            format!("the body is not valid JSON (line {line}, column {column})"),
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
 #[test]
 fn json_that_is_not_an_object_is_a_bad_request() {
     for body in [
