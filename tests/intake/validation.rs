@@ -996,6 +996,43 @@ fn json_that_is_not_an_object_is_a_bad_request() {
 }
 
 #[test]
+fn a_null_event_is_answered_like_any_other_non_object() {
+    // Unlike a `null` member, which counts as absent, a `null` event is not
+    // an object: the same answer as a number, a string, a boolean or an array.
+    let expected = json!({ "errors": [{
+        "error_type": "BAD_REQUEST",
+        "error_message": "the body must be a JSON object",
+        "path": "$",
+    }] });
+    for body in [
+        &b"null"[..],
+        b" \n null \t",
+        b"0",
+        b"\"x\"",
+        b"false",
+        b"[]",
+    ] {
+        let errors = errors(body);
+        assert_eq!(errors.status(), 400);
+        assert_eq!(
+            errors.to_body(),
+            expected,
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    // A word that starts like `null` but is not is not JSON.
+    assert_eq!(
+        not_json_message(b" nul"),
+        "the body is not valid JSON (line 1, column 2)"
+    );
+    assert_eq!(
+        not_json_message(b"nulll"),
+        "the body is not valid JSON (line 1, column 5)"
+    );
+}
+
+#[test]
 fn a_lone_surrogate_in_a_tag_is_a_bad_request() {
     let body = br#"{"event_type":"CONVERSION","event_family":"CDP","payload":{"conversion_identifier":"a","email":"a@b.co","tags":["\ud800"]}}"#;
     assert_eq!(only_error(body)["error_type"], "BAD_REQUEST");
@@ -1147,6 +1184,33 @@ fn batch_errors_carry_the_event_index() {
     assert_eq!(
         errors.errors()[0].to_string(),
         "the event must be an object"
+    );
+}
+
+#[test]
+fn a_null_event_in_a_batch_is_of_the_wrong_type_like_any_other() {
+    let good = event_value(valid_payload());
+    let body = batch_of(&[
+        json!(null),
+        good.clone(),
+        json!(0),
+        json!("x"),
+        json!(true),
+        json!([]),
+        json!(null),
+    ]);
+    let errors = validate_batch(&body, &[], &limits()).expect_err("invalid");
+    let wrong = |index: usize| {
+        json!({
+            "error_type": "INVALID_DATA_TYPE",
+            "error_message": "the event must be an object",
+            "path": format!("$[{index}]"),
+            "validation_rules": { "data_type": "object" },
+        })
+    };
+    assert_eq!(
+        errors.to_body(),
+        json!({ "errors": [wrong(0), wrong(2), wrong(3), wrong(4), wrong(5), wrong(6)] })
     );
 }
 
