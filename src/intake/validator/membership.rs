@@ -320,4 +320,55 @@ mod tests {
         assert!(fields.index.is_some());
         assert_eq!(fields.position("f5"), Some(5));
     }
+
+    /// The answers are the same searched or hashed (the test above), so the
+    /// cost is what the switch changes: assert it, comparison by comparison.
+    #[test]
+    fn custom_fields_are_hashed_once_searches_compared_four_times_the_list() {
+        let names: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+        let account: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut fields = CustomFields::new(&account);
+        // (name, its position, names compared so far, hashed yet): a name
+        // found at position p costs p + 1 comparisons, one missing costs 20;
+        // the search that finds 80 (4 x 20) compared already hashes instead.
+        for (step, (name, position, compared, hashed)) in [
+            ("f0", Some(0), 1, false),
+            ("f4", Some(4), 6, false),
+            ("f19", Some(19), 26, false),
+            ("x", None, 46, false),
+            ("f13", Some(13), 60, false),
+            ("x", None, 80, false),
+            ("f3", Some(3), 80, true),
+            ("x", None, 80, true),
+            ("f19", Some(19), 80, true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(fields.position(name), position, "step {step}: {name}");
+            assert_eq!(fields.compared, compared, "step {step}: {name}");
+            assert_eq!(fields.index.is_some(), hashed, "step {step}: {name}");
+        }
+    }
+
+    #[test]
+    fn custom_field_lists_of_sixteen_names_or_fewer_are_always_searched() {
+        let names: Vec<String> = (0..17).map(|i| format!("f{i}")).collect();
+        let seventeen: Vec<&str> = names.iter().map(String::as_str).collect();
+        let sixteen = &seventeen[..16];
+        let mut fields = CustomFields::new(sixteen);
+        for round in 1..=100 {
+            assert_eq!(fields.position("x"), None);
+            assert_eq!(fields.compared, 16 * round);
+        }
+        assert!(fields.index.is_none());
+        // One more name, and four misses (68 names compared) are enough.
+        let mut fields = CustomFields::new(&seventeen);
+        for _ in 0..4 {
+            assert_eq!(fields.position("x"), None);
+        }
+        assert_eq!((fields.compared, fields.index.is_some()), (68, false));
+        assert_eq!(fields.position("f16"), Some(16));
+        assert_eq!((fields.compared, fields.index.is_some()), (68, true));
+    }
 }
