@@ -6,8 +6,8 @@ mod characters;
 mod hostile;
 
 use conversion_gateway::{
-    ConversionLimits, ErrorType, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
-    UnknownAttributes, ValidationErrors, validate_batch, validate_conversion,
+    ConversionLimits, DataType, ErrorType, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
+    UnknownAttributes, ValidationErrors, ValidationRules, validate_batch, validate_conversion,
 };
 use serde_json::{Value, json};
 
@@ -1074,6 +1074,57 @@ fn every_error_is_collected_in_document_order() {
             ("CONFLICTING_FIELD", "$.payload.traffic_medium".to_owned()),
         ]
     );
+}
+
+#[test]
+fn each_error_gives_the_rule_it_broke_as_a_value() {
+    let body = format!(
+        r#"{{"event_type":"OPPORTUNITY","event_family":"CDP","payload":{{
+        "email":"not-an-email","name":7,"tags":["Up"],"client_tracking_id":"nope",
+        "city":"{}","traffic_source":"e30","traffic_medium":"cpc"}}}}"#,
+        "x".repeat(1025)
+    );
+    let errors = errors(body.as_bytes());
+    let rules: Vec<_> = errors
+        .errors()
+        .iter()
+        .map(|error| (error.path().to_string(), error.validation_rules()))
+        .collect();
+    let at = |path: &str, rules| (path.to_owned(), rules);
+    assert_eq!(
+        rules,
+        [
+            at(
+                "$.event_type",
+                Some(ValidationRules::ValidOptions(&["CONVERSION"]))
+            ),
+            at("$.payload.email", None),
+            at(
+                "$.payload.name",
+                Some(ValidationRules::DataType(DataType::String))
+            ),
+            at("$.payload.tags[0]", None),
+            at(
+                "$.payload.client_tracking_id",
+                Some(ValidationRules::Format("uuid"))
+            ),
+            at("$.payload.city", Some(ValidationRules::MaxLength(1024))),
+            at("$.payload.conversion_identifier", None),
+            at(
+                "$.payload.traffic_medium",
+                Some(ValidationRules::ConflictsWith("traffic_source"))
+            ),
+        ]
+    );
+    // The value is what `validation_rules` sends.
+    for error in errors.errors() {
+        let sent = error.to_json().get("validation_rules").cloned();
+        assert_eq!(
+            sent,
+            error.validation_rules().map(|rules| rules.to_json()),
+            "{error}"
+        );
+    }
 }
 
 #[test]
