@@ -245,6 +245,21 @@ mod tests {
     }
 
     #[test]
+    fn keys_whose_hashes_collide_are_still_different_keys() {
+        // SipHash under random keys makes a collision of all 64 bits
+        // unlikely, not impossible: the keys decide.
+        let a = Hashed { hash: 7, key: "a" };
+        assert_eq!(a, Hashed { hash: 7, key: "a" });
+        assert_ne!(a, Hashed { hash: 7, key: "b" });
+        assert_ne!(a, Hashed { hash: 8, key: "a" });
+        let mut table: HashSet<Hashed<&str>, PassHash> = HashSet::default();
+        assert!(table.insert(Hashed { hash: 7, key: "a" }));
+        assert!(table.insert(Hashed { hash: 7, key: "b" }));
+        assert!(!table.insert(Hashed { hash: 7, key: "a" }));
+        assert_eq!(table.len(), 2);
+    }
+
+    #[test]
     fn a_small_set_hashes_past_its_inline_members() {
         let keys: Vec<String> = (0..100).map(|i| format!("t{i}")).collect();
         let mut set = SmallSet::default();
