@@ -297,6 +297,16 @@ mod tests {
         let mut hasher = PassHash.build_hasher();
         hasher.write(&[1, 2]);
         assert_eq!(hasher.finish(), 0x0102);
+        // Bytes past the eighth are folded in, not lost: nine bytes that
+        // differ in their last one hash apart.
+        let hash = |last: u8| {
+            let mut hasher = PassHash.build_hasher();
+            hasher.write(&[0xff; 8]);
+            hasher.write(&[last]);
+            hasher.finish()
+        };
+        assert_eq!(hash(0x0f), 0xffff_ffff_ffff_fff0);
+        assert_eq!(hash(0xf0), 0xffff_ffff_ffff_ff0f);
     }
 
     #[test]
