@@ -830,6 +830,24 @@ fn duplicate_members_are_refused() {
 // --- Bounds --------------------------------------------------------------------
 
 #[test]
+fn a_member_sent_three_times_is_a_duplicate_twice() {
+    let body = br#"{"event_type":"CONVERSION","event_type":"CONVERSION","event_type":"CONVERSION",
+        "event_family":"CDP","payload":{"conversion_identifier":"a","email":"a@b.co",
+        "cf_plan":"x","email":"c@d.co","cf_plan":"y","email":"e@f.co","cf_plan":"z"}}"#;
+    assert_eq!(
+        kinds(&errors(body)),
+        [
+            ("DUPLICATE_FIELD", "$.event_type".to_owned()),
+            ("DUPLICATE_FIELD", "$.event_type".to_owned()),
+            ("DUPLICATE_FIELD", "$.payload.email".to_owned()),
+            ("DUPLICATE_FIELD", "$.payload.cf_plan".to_owned()),
+            ("DUPLICATE_FIELD", "$.payload.email".to_owned()),
+            ("DUPLICATE_FIELD", "$.payload.cf_plan".to_owned()),
+        ]
+    );
+}
+
+#[test]
 fn strings_are_bounded_in_characters() {
     let error = assert_only(
         &with_field("name", json!("x".repeat(1025))),

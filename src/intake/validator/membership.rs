@@ -284,6 +284,7 @@ mod tests {
         for position in [0, 1, 63, 64, 127, 128, 5000] {
             assert!(set.insert(position), "{position}");
             assert!(!set.insert(position), "{position}");
+            assert!(!set.insert(position), "{position} a third time");
         }
         assert!(set.insert(65));
         assert_eq!(set.0.len(), 5000 / 64 + 1);
