@@ -6,8 +6,8 @@ mod characters;
 mod hostile;
 
 use conversion_gateway::{
-    ConversionLimits, ErrorType, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
-    UnknownAttributes, ValidationErrors, validate_batch, validate_conversion,
+    ConversionLimits, DataType, ErrorType, LegalBasisCategory, LegalBasisStatus, LegalBasisType,
+    UnknownAttributes, ValidationErrors, ValidationRules, validate_batch, validate_conversion,
 };
 use serde_json::{Value, json};
 
@@ -830,6 +830,24 @@ fn duplicate_members_are_refused() {
 // --- Bounds --------------------------------------------------------------------
 
 #[test]
+fn a_member_sent_three_times_is_a_duplicate_twice() {
+    let body = br#"{"event_type":"CONVERSION","event_type":"CONVERSION","event_type":"CONVERSION",
+        "event_family":"CDP","payload":{"conversion_identifier":"a","email":"a@b.co",
+        "cf_plan":"x","email":"c@d.co","cf_plan":"y","email":"e@f.co","cf_plan":"z"}}"#;
+    assert_eq!(
+        kinds(&errors(body)),
+        [
+            ("DUPLICATE_FIELD", "$.event_type".to_owned()),
+            ("DUPLICATE_FIELD", "$.event_type".to_owned()),
+            ("DUPLICATE_FIELD", "$.payload.email".to_owned()),
+            ("DUPLICATE_FIELD", "$.payload.cf_plan".to_owned()),
+            ("DUPLICATE_FIELD", "$.payload.email".to_owned()),
+            ("DUPLICATE_FIELD", "$.payload.cf_plan".to_owned()),
+        ]
+    );
+}
+
+#[test]
 fn strings_are_bounded_in_characters() {
     let error = assert_only(
         &with_field("name", json!("x".repeat(1025))),
@@ -910,6 +928,76 @@ fn malformed_json_is_a_single_bad_request() {
     assert_eq!(kinds(&errors(body)), [("BAD_REQUEST", "$".to_owned())]);
 }
 
+/// The message of the single `BAD_REQUEST` at `$` that a body that is not
+/// JSON gets, from `validate_conversion` and `validate_batch` alike.
+fn not_json_message(body: &[u8]) -> String {
+    let single = errors(body);
+    let batch = validate_batch(body, &[], &limits()).expect_err("not JSON");
+    assert_eq!(single, batch, "{:?}", String::from_utf8_lossy(body));
+    assert_eq!(single.status(), 400);
+    assert_eq!(
+        kinds(&single),
+        [("BAD_REQUEST", "$".to_owned())],
+        "{:?}",
+        String::from_utf8_lossy(body)
+    );
+    single.errors()[0].to_string()
+}
+
+#[test]
+fn a_body_that_is_not_utf8_gives_the_line_and_column_of_its_first_bad_byte() {
+    // The column counts bytes from 1, the line counts line feeds from 1: a
+    // carriage return is a byte of its line, and each byte of a multi-byte
+    // character counts.
+    for (body, line, column) in [
+        (&b"\xff"[..], 1, 1),
+        (b"\xff\n\n", 1, 1),
+        (b"{\"a\":\"\xff\"}", 1, 7),
+        (b"\n\xff", 2, 1),
+        (b"\n\n\n\xff", 4, 1),
+        (b"{\n\xff", 2, 1),
+        (b"{\n \"a\":\"\xfe\"}", 2, 7),
+        (b"{\r\n\"a\":\r\n  \"x\xc0\"}", 3, 5),
+        // "é" is two bytes, "€" three: the bad byte is the ninth of its line.
+        (
+            b"\"\xc3\xa9\xe2\x82\xac\"\n\n  \"\xc3\xa9\xe2\x82\xac\xff\"",
+            3,
+            9,
+        ),
+        // A character cut short: the line and column of its first byte.
+        (b"[\"ab\xe2\x82", 1, 5),
+        (b"{\"a\":1,\n\"b\":\"\xf0\x9f\x98\"}", 2, 6),
+    ] {
+        assert_eq!(
+            not_json_message(body),
+            format!("the body is not valid JSON (line {line}, column {column})"),
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
+#[test]
+fn malformed_json_gives_the_line_and_column_where_it_stops() {
+    for (body, line, column) in [
+        (&b""[..], 1, 1),
+        (b"   ", 1, 4),
+        (b"{", 1, 2),
+        (b"{\"a\":1,}", 1, 8),
+        (b"{\n  \"a\": 1,\n}", 3, 1),
+        (b"\n\n  nope", 3, 3),
+        (b"{}\r\n {}", 2, 2),
+        (b"[1,\n 2,\n \"tab\there\"]", 3, 6),
+    ] {
+        assert_eq!(
+            not_json_message(body),
+            format!("the body is not valid JSON (line {line}, column {column})"),
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
 #[test]
 fn json_that_is_not_an_object_is_a_bad_request() {
     for body in [
@@ -923,6 +1011,43 @@ fn json_that_is_not_an_object_is_a_bad_request() {
         assert_eq!(error["error_type"], "BAD_REQUEST");
         assert_eq!(error["error_message"], "the body must be a JSON object");
     }
+}
+
+#[test]
+fn a_null_event_is_answered_like_any_other_non_object() {
+    // Unlike a `null` member, which counts as absent, a `null` event is not
+    // an object: the same answer as a number, a string, a boolean or an array.
+    let expected = json!({ "errors": [{
+        "error_type": "BAD_REQUEST",
+        "error_message": "the body must be a JSON object",
+        "path": "$",
+    }] });
+    for body in [
+        &b"null"[..],
+        b" \n null \t",
+        b"0",
+        b"\"x\"",
+        b"false",
+        b"[]",
+    ] {
+        let errors = errors(body);
+        assert_eq!(errors.status(), 400);
+        assert_eq!(
+            errors.to_body(),
+            expected,
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    // A word that starts like `null` but is not is not JSON.
+    assert_eq!(
+        not_json_message(b" nul"),
+        "the body is not valid JSON (line 1, column 2)"
+    );
+    assert_eq!(
+        not_json_message(b"nulll"),
+        "the body is not valid JSON (line 1, column 5)"
+    );
 }
 
 #[test]
@@ -967,6 +1092,57 @@ fn every_error_is_collected_in_document_order() {
             ("CONFLICTING_FIELD", "$.payload.traffic_medium".to_owned()),
         ]
     );
+}
+
+#[test]
+fn each_error_gives_the_rule_it_broke_as_a_value() {
+    let body = format!(
+        r#"{{"event_type":"OPPORTUNITY","event_family":"CDP","payload":{{
+        "email":"not-an-email","name":7,"tags":["Up"],"client_tracking_id":"nope",
+        "city":"{}","traffic_source":"e30","traffic_medium":"cpc"}}}}"#,
+        "x".repeat(1025)
+    );
+    let errors = errors(body.as_bytes());
+    let rules: Vec<_> = errors
+        .errors()
+        .iter()
+        .map(|error| (error.path().to_string(), error.validation_rules()))
+        .collect();
+    let at = |path: &str, rules| (path.to_owned(), rules);
+    assert_eq!(
+        rules,
+        [
+            at(
+                "$.event_type",
+                Some(ValidationRules::ValidOptions(&["CONVERSION"]))
+            ),
+            at("$.payload.email", None),
+            at(
+                "$.payload.name",
+                Some(ValidationRules::DataType(DataType::String))
+            ),
+            at("$.payload.tags[0]", None),
+            at(
+                "$.payload.client_tracking_id",
+                Some(ValidationRules::Format("uuid"))
+            ),
+            at("$.payload.city", Some(ValidationRules::MaxLength(1024))),
+            at("$.payload.conversion_identifier", None),
+            at(
+                "$.payload.traffic_medium",
+                Some(ValidationRules::ConflictsWith("traffic_source"))
+            ),
+        ]
+    );
+    // The value is what `validation_rules` sends.
+    for error in errors.errors() {
+        let sent = error.to_json().get("validation_rules").cloned();
+        assert_eq!(
+            sent,
+            error.validation_rules().map(|rules| rules.to_json()),
+            "{error}"
+        );
+    }
 }
 
 #[test]
@@ -1077,6 +1253,33 @@ fn batch_errors_carry_the_event_index() {
     assert_eq!(
         errors.errors()[0].to_string(),
         "the event must be an object"
+    );
+}
+
+#[test]
+fn a_null_event_in_a_batch_is_of_the_wrong_type_like_any_other() {
+    let good = event_value(valid_payload());
+    let body = batch_of(&[
+        json!(null),
+        good.clone(),
+        json!(0),
+        json!("x"),
+        json!(true),
+        json!([]),
+        json!(null),
+    ]);
+    let errors = validate_batch(&body, &[], &limits()).expect_err("invalid");
+    let wrong = |index: usize| {
+        json!({
+            "error_type": "INVALID_DATA_TYPE",
+            "error_message": "the event must be an object",
+            "path": format!("$[{index}]"),
+            "validation_rules": { "data_type": "object" },
+        })
+    };
+    assert_eq!(
+        errors.to_body(),
+        json!({ "errors": [wrong(0), wrong(2), wrong(3), wrong(4), wrong(5), wrong(6)] })
     );
 }
 

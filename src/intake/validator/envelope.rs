@@ -48,6 +48,11 @@ impl Top {
 }
 
 /// Reads one event object (at depth 1) into `event`, its errors into `ctx`.
+///
+/// Never [`Shaped::Null`]: unlike a `null` member of an event, which counts
+/// as absent, a `null` event is a value that is not an object like any other
+/// ([`Shaped::Wrong`]): a `BAD_REQUEST` for a single event, an
+/// `INVALID_DATA_TYPE` at `$[i]` in a batch.
 pub(super) fn read_event<'a>(
     lexer: &mut Lexer<'a>,
     ctx: &mut Ctx<'_, 'a>,
@@ -57,7 +62,6 @@ pub(super) fn read_event<'a>(
     ctx.dropped_seen = None;
     match lexer.peek_value() {
         Some(b'{') => lexer.open(b'{', 1)?,
-        Some(b'n') => return lexer.literal(b"null").map(|()| Shaped::Null),
         _ => return lexer.skip_value(1).map(|_| Shaped::Wrong),
     }
     let (mut seen_type, mut seen_family, mut seen_payload) = (false, false, false);

@@ -245,6 +245,21 @@ mod tests {
     }
 
     #[test]
+    fn keys_whose_hashes_collide_are_still_different_keys() {
+        // SipHash under random keys makes a collision of all 64 bits
+        // unlikely, not impossible: the keys decide.
+        let a = Hashed { hash: 7, key: "a" };
+        assert_eq!(a, Hashed { hash: 7, key: "a" });
+        assert_ne!(a, Hashed { hash: 7, key: "b" });
+        assert_ne!(a, Hashed { hash: 8, key: "a" });
+        let mut table: HashSet<Hashed<&str>, PassHash> = HashSet::default();
+        assert!(table.insert(Hashed { hash: 7, key: "a" }));
+        assert!(table.insert(Hashed { hash: 7, key: "b" }));
+        assert!(!table.insert(Hashed { hash: 7, key: "a" }));
+        assert_eq!(table.len(), 2);
+    }
+
+    #[test]
     fn a_small_set_hashes_past_its_inline_members() {
         let keys: Vec<String> = (0..100).map(|i| format!("t{i}")).collect();
         let mut set = SmallSet::default();
@@ -269,6 +284,7 @@ mod tests {
         for position in [0, 1, 63, 64, 127, 128, 5000] {
             assert!(set.insert(position), "{position}");
             assert!(!set.insert(position), "{position}");
+            assert!(!set.insert(position), "{position} a third time");
         }
         assert!(set.insert(65));
         assert_eq!(set.0.len(), 5000 / 64 + 1);
@@ -282,6 +298,16 @@ mod tests {
         let mut hasher = PassHash.build_hasher();
         hasher.write(&[1, 2]);
         assert_eq!(hasher.finish(), 0x0102);
+        // Bytes past the eighth are folded in, not lost: nine bytes that
+        // differ in their last one hash apart.
+        let hash = |last: u8| {
+            let mut hasher = PassHash.build_hasher();
+            hasher.write(&[0xff; 8]);
+            hasher.write(&[last]);
+            hasher.finish()
+        };
+        assert_eq!(hash(0x0f), 0xffff_ffff_ffff_fff0);
+        assert_eq!(hash(0xf0), 0xffff_ffff_ffff_ff0f);
     }
 
     #[test]
@@ -319,5 +345,56 @@ mod tests {
         }
         assert!(fields.index.is_some());
         assert_eq!(fields.position("f5"), Some(5));
+    }
+
+    /// The answers are the same searched or hashed (the test above), so the
+    /// cost is what the switch changes: assert it, comparison by comparison.
+    #[test]
+    fn custom_fields_are_hashed_once_searches_compared_four_times_the_list() {
+        let names: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+        let account: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut fields = CustomFields::new(&account);
+        // (name, its position, names compared so far, hashed yet): a name
+        // found at position p costs p + 1 comparisons, one missing costs 20;
+        // the search that finds 80 (4 x 20) compared already hashes instead.
+        for (step, (name, position, compared, hashed)) in [
+            ("f0", Some(0), 1, false),
+            ("f4", Some(4), 6, false),
+            ("f19", Some(19), 26, false),
+            ("x", None, 46, false),
+            ("f13", Some(13), 60, false),
+            ("x", None, 80, false),
+            ("f3", Some(3), 80, true),
+            ("x", None, 80, true),
+            ("f19", Some(19), 80, true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(fields.position(name), position, "step {step}: {name}");
+            assert_eq!(fields.compared, compared, "step {step}: {name}");
+            assert_eq!(fields.index.is_some(), hashed, "step {step}: {name}");
+        }
+    }
+
+    #[test]
+    fn custom_field_lists_of_sixteen_names_or_fewer_are_always_searched() {
+        let names: Vec<String> = (0..17).map(|i| format!("f{i}")).collect();
+        let seventeen: Vec<&str> = names.iter().map(String::as_str).collect();
+        let sixteen = &seventeen[..16];
+        let mut fields = CustomFields::new(sixteen);
+        for round in 1..=100 {
+            assert_eq!(fields.position("x"), None);
+            assert_eq!(fields.compared, 16 * round);
+        }
+        assert!(fields.index.is_none());
+        // One more name, and four misses (68 names compared) are enough.
+        let mut fields = CustomFields::new(&seventeen);
+        for _ in 0..4 {
+            assert_eq!(fields.position("x"), None);
+        }
+        assert_eq!((fields.compared, fields.index.is_some()), (68, false));
+        assert_eq!(fields.position("f16"), Some(16));
+        assert_eq!((fields.compared, fields.index.is_some()), (68, true));
     }
 }
