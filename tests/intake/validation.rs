@@ -944,6 +944,16 @@ fn not_json_message(body: &[u8]) -> String {
     single.errors()[0].to_string()
 }
 
+/// Asserts that `body` is refused as not JSON at `line` and `column`.
+fn assert_not_json_at(body: &[u8], line: usize, column: usize) {
+    assert_eq!(
+        not_json_message(body),
+        format!("the body is not valid JSON (line {line}, column {column})"),
+        "{:?}",
+        String::from_utf8_lossy(body)
+    );
+}
+
 #[test]
 fn a_body_that_is_not_utf8_gives_the_line_and_column_of_its_first_bad_byte() {
     // The column counts bytes from 1, the line counts line feeds from 1: a
@@ -968,12 +978,7 @@ fn a_body_that_is_not_utf8_gives_the_line_and_column_of_its_first_bad_byte() {
         (b"[\"ab\xe2\x82", 1, 5),
         (b"{\"a\":1,\n\"b\":\"\xf0\x9f\x98\"}", 2, 6),
     ] {
-        assert_eq!(
-            not_json_message(body),
-            format!("the body is not valid JSON (line {line}, column {column})"),
-            "{:?}",
-            String::from_utf8_lossy(body)
-        );
+        assert_not_json_at(body, line, column);
     }
 }
 
@@ -989,12 +994,7 @@ fn malformed_json_gives_the_line_and_column_where_it_stops() {
         (b"{}\r\n {}", 2, 2),
         (b"[1,\n 2,\n \"tab\there\"]", 3, 6),
     ] {
-        assert_eq!(
-            not_json_message(body),
-            format!("the body is not valid JSON (line {line}, column {column})"),
-            "{:?}",
-            String::from_utf8_lossy(body)
-        );
+        assert_not_json_at(body, line, column);
     }
 }
 
