@@ -224,6 +224,12 @@ pub use intake::validator::vocabulary::{
 };
 pub use intake::validator::{validate_batch, validate_conversion};
 
+// The demo app, account and API key, derived from the server key.
+#[cfg(feature = "argon2")]
+mod demo;
+#[cfg(feature = "argon2")]
+pub use demo::{DEMO_EMAIL, DEMO_REDIRECT_URI, DemoCredentials, DemoSeedError, seed_demo};
+
 // Sign-in, consent and the account page, as library calls: the throttle,
 // passwords, sessions and CSRF tokens, and the pages' flows.
 mod signin;
@@ -232,6 +238,8 @@ pub use signin::argon2::{Argon2Passwords, Argon2Verifier, Busy, HashingLimit};
 pub use signin::flows::{ACCOUNT_COOKIE_PATH, APPS_PATH, PageFlows};
 pub use signin::form::{FormSignIn, SignInRefused};
 pub use signin::method::{HostSignIn, PageRequest, SignInMethod, SignedIn};
+#[cfg(feature = "argon2")]
+pub use signin::new_account::{AccountCreationError, PASSWORD_BYTES, create_account_with_password};
 pub use signin::password::{PasswordCheck, PasswordVerifier};
 pub use signin::session::{
     LOGIN_COOKIE, PageKeys, SESSION_COOKIE, SESSION_SECONDS, cookie, login_nonce, same_token,
@@ -291,7 +299,7 @@ pub use webhooks::transport::{
 #[cfg(feature = "tasks")]
 mod tasks;
 #[cfg(feature = "tasks")]
-pub use tasks::{PURGE_EVERY, WebhookWorker, deliver_webhooks, purge_every};
+pub use tasks::{BackgroundTasks, PURGE_EVERY, WebhookWorker, deliver_webhooks, purge_every};
 
 // Adapters to the `http` crate's types and to axum.
 #[cfg(feature = "http")]

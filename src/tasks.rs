@@ -57,6 +57,59 @@ pub async fn purge_every(gateway: Arc<Gateway>, every: Duration) {
     run_every(every, FirstRun::AtOnce, || purge_once(&gateway)).await;
 }
 
+/// The gateway's background work, spawned on the current tokio runtime:
+/// the purge ([`purge_every`], every [`PURGE_EVERY`]) and webhook delivery
+/// ([`deliver_webhooks`], [`WebhookWorker::default`]), and whatever else
+/// the host adds with [`BackgroundTasks::with`]. Every host runs the first
+/// two beside its server; this keeps them, and their end, in one value.
+///
+/// [`BackgroundTasks::stop`], or dropping it, aborts every task, which
+/// loses nothing: each purge statement is atomic, and an attempt cut off
+/// keeps its lease until it ends and is then made again.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use conversion_gateway::{Gateway, GatewayConfig, SecretHasher, Stores};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let gateway = Arc::new(Gateway::new(GatewayConfig::new("http://127.0.0.1:8080"), Stores::in_memory(), SecretHasher::new([7; 32])));
+/// use conversion_gateway::BackgroundTasks;
+///
+/// let background = BackgroundTasks::spawn(gateway.clone());
+/// // ... serve ...
+/// background.stop().await;
+/// # }
+/// ```
+pub struct BackgroundTasks {
+    tasks: JoinSet<()>,
+}
+
+impl BackgroundTasks {
+    /// Spawns the purge and webhook delivery of `gateway`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn spawn(gateway: Arc<Gateway>) -> Self {
+        let mut tasks = JoinSet::new();
+        tasks.spawn(purge_every(gateway.clone(), PURGE_EVERY));
+        tasks.spawn(deliver_webhooks(gateway, WebhookWorker::default()));
+        BackgroundTasks { tasks }
+    }
+
+    /// Spawns `task` beside them (a metrics upkeep, say), to end with them.
+    #[must_use]
+    pub fn with(mut self, task: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.tasks.spawn(task);
+        self
+    }
+
+    /// Aborts every task and waits until none runs.
+    pub async fn stop(mut self) {
+        self.tasks.shutdown().await;
+    }
+}
+
 /// One purge, logged.
 async fn purge_once(gateway: &Gateway) {
     match gateway.purge_expired().await {
@@ -315,6 +368,36 @@ mod tests {
         )
         .await;
         assert_eq!(seen, [0, 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn background_tasks_run_until_stopped_and_stop_every_one() {
+        let gateway = Arc::new(Gateway::new(
+            GatewayConfig::new("https://api.example.com"),
+            Stores::in_memory(),
+            SecretHasher::new([0x3d; 32]),
+        ));
+        let (sender, mut ended) = tokio::sync::oneshot::channel::<()>();
+        let background = BackgroundTasks::spawn(gateway).with(async move {
+            // Holds the sender until aborted: the receiver then sees it gone.
+            let _held = sender;
+            std::future::pending::<()>().await;
+        });
+        assert_eq!(
+            background.tasks.len(),
+            3,
+            "purge, delivery and the added task"
+        );
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(
+            matches!(
+                ended.try_recv(),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty)
+            ),
+            "the tasks run until stopped"
+        );
+        background.stop().await;
+        assert!(ended.await.is_err(), "stopping aborted the added task");
     }
 
     #[tokio::test(start_paused = true)]

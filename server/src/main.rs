@@ -7,7 +7,7 @@
 //! ```
 //!
 //! The routes, the pages, operations, the accept loop, the purge, webhook
-//! delivery, and the
+//! delivery, the demo data, and the
 //! stores, limiter and key file the flags name are the library's
 //! (`conversion_gateway::axum`); the rest is what a host owns:
 //!
@@ -17,11 +17,9 @@
 //! | `cli.rs` | the command line: the server's flags, their checks and its help |
 //! | `admin/` | `admin ...`: the operator's commands (accounts, apps, API keys, grants) as JSON |
 //! | `limits.rs` | `--limit-per-*` and `--rate-limit-*`: the rate limits |
-//! | `demo.rs` | the demo app, account and API key, and their credentials |
 
 mod admin;
 mod cli;
-mod demo;
 mod limits;
 
 use std::future::Future;
@@ -36,9 +34,9 @@ use conversion_gateway::axum::{
     operations_router, shutdown_signal, with_request_log,
 };
 use conversion_gateway::{
-    Argon2Passwords, Argon2Verifier, ErrorChain, Gateway, GatewayConfig, HashingLimit,
-    HttpWebhookTransport, NatsEventSink, OpenedStore, OsRandom, PageFlows, ResourceServersError,
-    ServerKey, SignInMethod, StoreUrl, SystemClock, ThrottleLimits, WebhookOptions, WebhookWorker,
+    Argon2Passwords, Argon2Verifier, BackgroundTasks, ErrorChain, Gateway, GatewayConfig,
+    HashingLimit, NatsEventSink, OpenedStore, OsRandom, PageFlows, ResourceServersError, ServerKey,
+    SignInMethod, StoreUrl, SystemClock, ThrottleLimits, WebhookOptions, seed_demo,
     write_private_file,
 };
 use tokio::net::TcpListener;
@@ -48,7 +46,6 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 use cli::Args;
-use demo::seed_demo;
 
 /// mimalloc in place of glibc's malloc: fewer system calls as the heap grows
 /// and faster small allocations on the request path (see Cargo.toml).
@@ -176,14 +173,9 @@ async fn start(args: &Args) -> Result<Started, String> {
              go to NATS instead, and no webhook is called"
         );
     }
-    let transport = HttpWebhookTransport::new(args.webhooks_allow_private)
+    let mut webhooks = WebhookOptions::over_http(args.webhooks_allow_private)
         .map_err(|error| format!("cannot build the webhook client: {}", ErrorChain(&error)))?;
-    let webhooks = WebhookOptions {
-        transport: Arc::new(transport),
-        retry_schedule: args.webhook_retry_schedule.clone(),
-        allow_private: args.webhooks_allow_private,
-        ..WebhookOptions::default()
-    };
+    webhooks.retry_schedule = args.webhook_retry_schedule.clone();
     let mut gateway = Gateway::new(config, stores.clone(), key.hasher())
         .with_rate_limiter(args.limits.limiter()?)
         .with_webhooks(webhooks);
@@ -204,6 +196,9 @@ async fn start(args: &Args) -> Result<Started, String> {
     let demo = seed_demo(&gateway, &key, &passwords)
         .await
         .map_err(|error| format!("cannot seed the demo data: {}", ErrorChain(&error)))?;
+    if demo.api_key_switched_off {
+        tracing::warn!("the demo API key is switched off in this store");
+    }
     // Never to the log: logs are copied, shipped and kept far more widely
     // than a file only its owner can read. The listener is already bound, so
     // a client that waits for this file finds the port open.
@@ -265,15 +260,9 @@ impl Started {
     /// Serves until `shutdown` resolves, lets the requests in flight finish
     /// (up to `--shutdown-timeout`), then closes the store.
     async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let purge = tokio::spawn(conversion_gateway::purge_every(
-            self.gateway.clone(),
-            conversion_gateway::PURGE_EVERY,
-        ));
-        let upkeep = tokio::spawn(self.metrics.clone().upkeep(METRICS_UPKEEP_EVERY));
-        let webhooks = tokio::spawn(conversion_gateway::deliver_webhooks(
-            self.gateway.clone(),
-            WebhookWorker::default(),
-        ));
+        // The purge, webhook delivery and the metrics' upkeep.
+        let background = BackgroundTasks::spawn(self.gateway.clone())
+            .with(self.metrics.clone().upkeep(METRICS_UPKEEP_EVERY));
         // The library's pages, JSON routes and operator's routes, each
         // answering its own panics; /metrics beside them, or on its own
         // listener.
@@ -308,9 +297,7 @@ impl Started {
         // the next start carries on.
         // Attempts cut off here keep their lease until it ends, and are
         // made again then (by this server after a restart, or another).
-        purge.abort();
-        upkeep.abort();
-        webhooks.abort();
+        background.stop().await;
         self.store.close().await;
         match drained {
             Drained::All => tracing::info!("stopped"),

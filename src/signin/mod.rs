@@ -33,6 +33,8 @@ pub(crate) mod dialog;
 pub(crate) mod flows;
 pub(crate) mod form;
 pub(crate) mod method;
+#[cfg(feature = "argon2")]
+pub(crate) mod new_account;
 pub(crate) mod password;
 pub(crate) mod session;
 pub(crate) mod throttle;

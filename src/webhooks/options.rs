@@ -49,6 +49,25 @@ impl Default for WebhookOptions {
     }
 }
 
+#[cfg(feature = "webhooks")]
+impl WebhookOptions {
+    /// The defaults, delivering through the crate's own
+    /// [`HttpWebhookTransport`](crate::HttpWebhookTransport), with
+    /// `allow_private` given to both the registration's checks and the
+    /// transport's, so that they never disagree.
+    ///
+    /// # Errors
+    /// As [`HttpWebhookTransport::new`](crate::HttpWebhookTransport::new).
+    pub fn over_http(allow_private: bool) -> Result<Self, crate::HttpTransportError> {
+        let transport = crate::webhooks::http::HttpWebhookTransport::new(allow_private)?;
+        Ok(WebhookOptions {
+            transport: Arc::new(transport),
+            allow_private,
+            ..WebhookOptions::default()
+        })
+    }
+}
+
 impl std::fmt::Debug for WebhookOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookOptions")

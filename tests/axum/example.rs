@@ -100,7 +100,7 @@ async fn the_example_serves_the_dialog_the_token_route_intake_and_operations() {
         .text()
         .await
         .unwrap();
-    assert!(consent.contains("Example App"), "{consent}");
+    assert!(consent.contains("Demo App"), "{consent}");
     let allow = [
         ("action", "consent"),
         ("query", &query),

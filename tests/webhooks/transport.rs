@@ -16,7 +16,8 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use conversion_gateway::{
-    DestinationRefused, HttpWebhookTransport, OutgoingRequest, SendOutcome, WebhookTransport,
+    DestinationRefused, HttpWebhookTransport, OutgoingRequest, SendOutcome, WebhookOptions,
+    WebhookTransport,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -549,4 +550,31 @@ async fn a_name_with_only_public_addresses_passes_the_resolver() {
         other => panic!("expected a failed attempt, got {other:?}"),
     }
     assert_eq!(lookups.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn webhook_options_over_http_give_the_registration_and_the_transport_one_setting() {
+    // Private destinations allowed: the loopback receiver gets the delivery.
+    let options = WebhookOptions::over_http(true).expect("a client");
+    assert!(options.allow_private);
+    let (address, mut received) = recording(|| StatusCode::NO_CONTENT.into_response()).await;
+    let url = format!("http://{address}/in");
+    let outcome = options.transport.post(&request(url, TIMEOUT)).await;
+    assert!(outcome.succeeded(), "{outcome:?}");
+    assert!(received.try_recv().is_ok(), "the receiver got the delivery");
+
+    // Refused: neither plain http nor a loopback address is reached.
+    let options = WebhookOptions::over_http(false).expect("a client");
+    assert!(!options.allow_private);
+    let listener = watched_port();
+    let port = listener.local_addr().expect("its address").port();
+    let outcome = options
+        .transport
+        .post(&request(format!("https://127.0.0.1:{port}/in"), TIMEOUT))
+        .await;
+    assert_eq!(
+        outcome,
+        SendOutcome::Refused(DestinationRefused::PrivateAddress)
+    );
+    assert_untouched(&listener);
 }

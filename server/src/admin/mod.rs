@@ -22,9 +22,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use conversion_gateway::{
-    Account, ApiKeyError, ApiKeyId, Argon2Passwords, ClientId, ClientRegistration,
-    ClientUpdateError, ErrorChain, Gateway, GatewayConfig, OsRandom, StoreError, StoreUrl,
-    WebhookId, WebhookStatus, random_token,
+    Account, AccountCreationError, ApiKeyError, ApiKeyId, Argon2Passwords, ClientId,
+    ClientRegistration, ClientUpdateError, ErrorChain, Gateway, GatewayConfig, OsRandom,
+    StoreError, StoreUrl, WebhookId, WebhookStatus, create_account_with_password,
 };
 use serde_json::{Value, json};
 use time::format_description::well_known::Rfc3339;
@@ -35,9 +35,6 @@ use cli::{
 };
 
 pub use cli::synopses;
-
-/// Random bytes in a generated password: 144 bits, 24 URL-safe characters.
-const PASSWORD_BYTES: usize = 18;
 
 /// Runs the operator command that `arguments` (what follows `admin` on the
 /// command line) name: prints its JSON and exits 0, or prints one line on
@@ -102,30 +99,21 @@ impl Command {
         match self {
             Command::Account(AccountCommand::Create { name, email }) => {
                 // Lowercased, as stored and as the sign-in form looks it up.
-                let mut account = Account::new(name, &email, &OsRandom);
-                let taken = || {
-                    Failure::Failed(format!(
-                        "an account with the e-mail {} exists already",
-                        account.email
-                    ))
-                };
-                let existing = gateway
-                    .find_account_by_email(&account.email)
-                    .await
-                    .map_err(store_failure("look up the e-mail"))?;
-                if existing.is_some() {
-                    return Err(taken());
-                }
-                let password = random_token(&OsRandom, PASSWORD_BYTES);
+                let account = Account::new(name, &email, &OsRandom);
                 // The server checks a sign-in with the parameters written in
                 // the hash, so any would do; these are what it recommends.
-                account.password_hash = Some(Argon2Passwords::recommended().hash(&password));
-                match gateway.create_account(&account).await {
-                    Ok(()) => {}
-                    // Created by someone else since the look-up.
-                    Err(StoreError::Duplicate { .. }) => return Err(taken()),
-                    Err(error) => return Err(store_failure("create the account")(error)),
-                }
+                let passwords = Argon2Passwords::recommended();
+                let (account, password) =
+                    create_account_with_password(gateway, account, &passwords, &OsRandom)
+                        .await
+                        .map_err(|error| match error {
+                            AccountCreationError::EmailTaken(_) => {
+                                Failure::Failed(error.to_string())
+                            }
+                            AccountCreationError::Store(error) => {
+                                store_failure("create the account")(error)
+                            }
+                        })?;
                 Ok(json!({
                     "account_id": account.id.to_string(),
                     "email": account.email,

@@ -6,15 +6,22 @@
 //! a restart on the same store and key derives the same credentials again,
 //! and they hash to what the store holds, so no plaintext secret is kept.
 //! The derived records are stored through the gateway's public API
-//! (`import_client`, `import_api_key`).
+//! (`import_client`, `import_api_key`). The service seeds them at every
+//! start, and `examples/axum.rs` too.
 
 use std::fmt;
 
-use conversion_gateway::{
-    Account, ApiKeyError, ApiKeyRecord, Argon2Passwords, Client, Gateway, SeededRandom, ServerKey,
-    StoreError, random_token,
-};
 use serde::Serialize;
+
+use crate::account::Account;
+use crate::gateway::Gateway;
+use crate::intake::api_key::ApiKeyError;
+use crate::random::{SeededRandom, random_token};
+use crate::records::api_key::ApiKeyRecord;
+use crate::records::client::Client;
+use crate::server_key::ServerKey;
+use crate::signin::argon2::Argon2Passwords;
+use crate::store::error::StoreError;
 
 /// The demo account's login e-mail.
 pub const DEMO_EMAIL: &str = "demo@example.com";
@@ -41,6 +48,10 @@ pub struct DemoCredentials {
     pub email: String,
     /// The demo account's password.
     pub password: String,
+    /// Whether the store holds the demo API key switched off (by an
+    /// operator), so that `api_key` is refused: worth a warning.
+    #[serde(skip)]
+    pub api_key_switched_off: bool,
 }
 
 impl fmt::Debug for DemoCredentials {
@@ -62,7 +73,7 @@ impl DemoCredentials {
 
 /// Why the demo data could not be seeded.
 #[derive(Debug, thiserror::Error)]
-pub enum SeedError {
+pub enum DemoSeedError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -81,16 +92,16 @@ pub enum SeedError {
 /// their credentials.
 ///
 /// # Errors
-/// [`SeedError`].
+/// [`DemoSeedError`].
 pub async fn seed_demo(
     gateway: &Gateway,
     key: &ServerKey,
     passwords: &Argon2Passwords,
-) -> Result<DemoCredentials, SeedError> {
+) -> Result<DemoCredentials, DemoSeedError> {
     let hasher = key.hasher();
     let random = SeededRandom::from_seed(key.derive(b"demo data"));
     // The order of these draws fixes every demo value: changing it changes
-    // the credentials of existing stores (then `SeedError::OtherKey`).
+    // the credentials of existing stores (then `DemoSeedError::OtherKey`).
     let mut account = Account::new("Demo Account", DEMO_EMAIL, &random);
     account.custom_fields = vec!["plan".into(), "source".into()];
     let password = format!("demo-{}", random_token(&random, 18));
@@ -105,29 +116,22 @@ pub async fn seed_demo(
     }
     match gateway.find_account_by_email(DEMO_EMAIL).await? {
         Some(existing) if existing.id == account.id => {}
-        Some(_) => return Err(SeedError::OtherKey),
+        Some(_) => return Err(DemoSeedError::OtherKey),
         None => {
             account.password_hash = Some(passwords.hash(&password));
             ignore_duplicate(gateway.create_account(&account).await)?;
         }
     }
     let keys = gateway.list_api_keys(account.id).await?;
-    match keys
+    let stored = keys
         .iter()
-        .find(|record| record.hash == api_key_record.hash)
-    {
-        Some(record) if !record.active => {
-            tracing::warn!("the demo API key is switched off in this store");
-        }
-        Some(_) => {}
-        None => match gateway.import_api_key(&api_key_record).await {
+        .find(|record| record.hash == api_key_record.hash);
+    if stored.is_none() {
+        match gateway.import_api_key(&api_key_record).await {
             Ok(()) => {}
-            Err(ApiKeyError::LimitReached { .. }) => return Err(SeedError::TooManyApiKeys),
+            Err(ApiKeyError::LimitReached { .. }) => return Err(DemoSeedError::TooManyApiKeys),
             Err(ApiKeyError::Store(error)) => ignore_duplicate(Err(error))?,
-            Err(error) => {
-                return Err(StoreError::backend("issue the demo API key", error).into());
-            }
-        },
+        }
     }
     Ok(DemoCredentials {
         base_url: gateway.config().base_url.clone(),
@@ -137,6 +141,7 @@ pub async fn seed_demo(
         api_key: api_key.expose().to_owned(),
         email: DEMO_EMAIL.to_owned(),
         password,
+        api_key_switched_off: stored.is_some_and(|record| !record.active),
     })
 }
 
@@ -146,5 +151,74 @@ fn ignore_duplicate(result: Result<(), StoreError>) -> Result<(), StoreError> {
     match result {
         Err(StoreError::Duplicate { .. }) => Ok(()),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GatewayConfig;
+    use crate::gateway::Stores;
+
+    fn gateway(stores: Stores, key: &ServerKey) -> Gateway {
+        Gateway::new(
+            GatewayConfig::new("https://api.example.com"),
+            stores,
+            key.hasher(),
+        )
+    }
+
+    /// Cheap parameters: the tests check the seed, not Argon2's cost.
+    fn passwords() -> Argon2Passwords {
+        Argon2Passwords::new(64, 1)
+    }
+
+    #[tokio::test]
+    async fn a_restart_with_the_same_key_derives_the_same_working_credentials() {
+        let stores = Stores::in_memory();
+        let key = ServerKey::from_hex(&"42".repeat(32)).expect("a key");
+        let first = seed_demo(&gateway(stores.clone(), &key), &key, &passwords())
+            .await
+            .expect("seeded");
+        let again = seed_demo(&gateway(stores.clone(), &key), &key, &passwords())
+            .await
+            .expect("seeded again");
+        assert_eq!(first, again);
+        assert_eq!(first.email, DEMO_EMAIL);
+        assert_eq!(first.redirect_uri, DEMO_REDIRECT_URI);
+        assert!(!first.api_key_switched_off);
+        let gateway = gateway(stores, &key);
+        let account = gateway
+            .find_account_by_email(DEMO_EMAIL)
+            .await
+            .expect("the store answers")
+            .expect("the demo account");
+        assert_eq!(account.custom_fields, ["plan", "source"]);
+        let mut memory = Vec::new();
+        let hash = account.password_hash.as_deref();
+        assert!(passwords().verify(&first.password, hash, &mut memory));
+        assert_eq!(
+            gateway.list_api_keys(account.id).await.expect("keys").len(),
+            1
+        );
+        // Secrets stay out of Debug.
+        let shown = format!("{first:?}");
+        assert!(!shown.contains(&first.password) && !shown.contains(&first.api_key));
+        assert!(first.to_json().contains(&first.client_secret));
+    }
+
+    #[tokio::test]
+    async fn a_store_seeded_under_another_key_is_refused() {
+        let stores = Stores::in_memory();
+        let key = ServerKey::from_hex(&"42".repeat(32)).expect("a key");
+        seed_demo(&gateway(stores.clone(), &key), &key, &passwords())
+            .await
+            .expect("seeded");
+        let other = ServerKey::from_hex(&"43".repeat(32)).expect("a key");
+        let refused = seed_demo(&gateway(stores, &other), &other, &passwords()).await;
+        assert!(
+            matches!(refused, Err(DemoSeedError::OtherKey)),
+            "{refused:?}"
+        );
     }
 }
