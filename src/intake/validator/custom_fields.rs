@@ -30,7 +30,7 @@ pub(super) fn read_other_payload_member<'a>(
         None => None,
     };
     let Some(custom) = custom else {
-        return read_unknown_attribute(lexer, ctx, name, Scope::Payload, 3, &mut event.dropped);
+        return read_unknown_attribute(lexer, ctx, name, Scope::Payload, 3, event);
     };
     if !custom_seen.insert(custom) {
         lexer.skip_value(3)?;
@@ -63,7 +63,7 @@ pub(super) fn read_other_payload_member<'a>(
                     Some(ValidationRules::MaxLength(max)),
                 );
             } else {
-                event.custom.push((name, value));
+                event.push_custom(name, value);
             }
         }
         Scalar::Bool(_) | Scalar::Other => {

@@ -70,7 +70,7 @@ pub(super) fn read_event<'a>(
     while let Some(key) = lexer.next_key(&mut first)? {
         let name = key.decode();
         let Some(top) = Top::classify(&name) else {
-            read_unknown_attribute(lexer, ctx, name, Scope::Event, 2, &mut event.dropped)?;
+            read_unknown_attribute(lexer, ctx, name, Scope::Event, 2, event)?;
             continue;
         };
         let seen = match top {
@@ -146,7 +146,7 @@ pub(super) fn read_batch<'a>(
             continue;
         }
         ctx.event = Some(index);
-        let mut event = ConversionEvent::empty();
+        let mut event = ConversionEvent::empty(lexer.text());
         match read_event(lexer, ctx, &mut event)? {
             // Once any event failed the batch fails: stop keeping events.
             Shaped::Right(()) if ctx.errors.is_empty() => events.push(event),

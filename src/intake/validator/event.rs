@@ -12,6 +12,7 @@ use crate::records::event::EventPayload;
 use super::json_path::JsonPath;
 use super::member_order;
 use super::tags::Tags;
+use super::text_span::{EventText, TextSpan};
 use super::unknown::DroppedAttributes;
 use super::vocabulary::{
     CUSTOM_PREFIX, EventFamily, EventType, FIELD_NAMES, Field, LegalBasis, STRING_FIELDS, Scope,
@@ -21,13 +22,16 @@ use super::vocabulary::{
 /// strings from the request body.
 ///
 /// Strings are `&str` into the body, except those that held JSON escapes
-/// (`"na\u00efve"`), which were unescaped into an owned string. Attributes that
-/// are neither standard nor custom fields are not kept; their paths are listed
-/// by [`ConversionEvent::unknown_attributes`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// (`"na\u00efve"`), which were unescaped into a buffer of the event's own.
+/// Attributes that are neither standard nor custom fields are not kept;
+/// their paths are listed by [`ConversionEvent::unknown_attributes`].
+#[derive(Clone)]
 pub struct ConversionEvent<'a> {
-    /// The standard string fields sent, by [`Field`] discriminant.
-    pub(super) strings: [Option<Cow<'a, str>>; STRING_FIELDS],
+    /// Where the strings are: the body, and the decoded ones.
+    pub(super) text: EventText<'a>,
+    /// The standard string fields sent, by [`Field`] discriminant
+    /// ([`TextSpan::ABSENT`] when not sent or `null`).
+    pub(super) strings: [TextSpan; STRING_FIELDS],
     /// Raw JSON text of `tags`, an array of strings already validated.
     pub(super) tags: Option<&'a str>,
     /// `available_for_mailing`, when sent.
@@ -37,11 +41,50 @@ pub struct ConversionEvent<'a> {
     /// The legal bases sent, in order.
     pub(super) legal_bases: SmallVec<[LegalBasis; 16]>,
     /// Custom fields as (full key with its `cf_` prefix, value).
-    pub(super) custom: SmallVec<[(Cow<'a, str>, Cow<'a, str>); 8]>,
+    pub(super) custom: SmallVec<[(TextSpan, TextSpan); 8]>,
     /// The attributes accepted and dropped.
-    pub(super) dropped: DroppedAttributes<'a>,
+    pub(super) dropped: DroppedAttributes,
     /// Whether `traffic_source` holds the traffic-source cookie.
     pub(super) traffic_source_is_cookie: bool,
+}
+
+// By what the event says, not where its strings sit: two events read from
+// different bodies are equal when they hold the same values.
+impl PartialEq for ConversionEvent<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        (0..STRING_FIELDS).all(|index| self.string_at(index) == other.string_at(index))
+            && self.tags == other.tags
+            && self.available_for_mailing == other.available_for_mailing
+            && self.legal_bases_present == other.legal_bases_present
+            && self.legal_bases == other.legal_bases
+            && self.custom_members().eq(other.custom_members())
+            && self.dropped_members().eq(other.dropped_members())
+            && self.dropped.count == other.dropped.count
+            && self.traffic_source_is_cookie == other.traffic_source_is_cookie
+    }
+}
+
+impl Eq for ConversionEvent<'_> {}
+
+impl std::fmt::Debug for ConversionEvent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let strings: Vec<(&str, &str)> = (0..STRING_FIELDS)
+            .filter_map(|index| Some((*FIELD_NAMES.get(index)?, self.string_at(index)?)))
+            .collect();
+        let custom: Vec<(&str, &str)> = self.custom_members().collect();
+        let dropped: Vec<(Scope, &str)> = self.dropped_members().collect();
+        f.debug_struct("ConversionEvent")
+            .field("strings", &strings)
+            .field("tags", &self.tags)
+            .field("available_for_mailing", &self.available_for_mailing)
+            .field("legal_bases_present", &self.legal_bases_present)
+            .field("legal_bases", &self.legal_bases)
+            .field("custom", &custom)
+            .field("dropped", &dropped)
+            .field("dropped_count", &self.dropped.count)
+            .field("traffic_source_is_cookie", &self.traffic_source_is_cookie)
+            .finish()
+    }
 }
 
 /// Accessors of the optional standard string fields, one line each.
@@ -57,10 +100,11 @@ macro_rules! optional_string_accessors {
 }
 
 impl<'a> ConversionEvent<'a> {
-    /// An event with nothing read into it yet.
-    pub(super) fn empty() -> Self {
+    /// An event with nothing read into it yet, to be read from `body`.
+    pub(super) fn empty(body: &'a str) -> Self {
         ConversionEvent {
-            strings: [const { None }; STRING_FIELDS],
+            text: EventText::new(body),
+            strings: [TextSpan::ABSENT; STRING_FIELDS],
             tags: None,
             available_for_mailing: None,
             legal_bases_present: false,
@@ -73,7 +117,40 @@ impl<'a> ConversionEvent<'a> {
 
     /// The value of a standard string field, when sent.
     pub(super) fn string(&self, field: Field) -> Option<&str> {
-        self.strings.get(field as usize)?.as_deref()
+        self.string_at(field as usize)
+    }
+
+    /// The standard string field at `index` (a [`Field`] discriminant).
+    fn string_at(&self, index: usize) -> Option<&str> {
+        let span = *self.strings.get(index)?;
+        span.is_present().then(|| self.text.get(span))
+    }
+
+    /// The attributes dropped and listed, as (object, name).
+    fn dropped_members(&self) -> impl Iterator<Item = (Scope, &str)> + '_ {
+        (self.dropped.listed.iter()).map(|dropped| (dropped.scope, self.text.get(dropped.name)))
+    }
+
+    /// Keeps `value` as the standard string `field`.
+    pub(super) fn set_string(&mut self, field: Field, value: Cow<'a, str>) {
+        let span = self.text.keep(value);
+        if let Some(slot) = self.strings.get_mut(field as usize) {
+            *slot = span;
+        }
+    }
+
+    /// Keeps a custom field: its name with the `cf_` prefix, and its value.
+    pub(super) fn push_custom(&mut self, name: Cow<'a, str>, value: Cow<'a, str>) {
+        let name = self.text.keep(name);
+        let value = self.text.keep(value);
+        self.custom.push((name, value));
+    }
+
+    /// The custom fields sent, as (name with the `cf_` prefix, value).
+    fn custom_members(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        self.custom
+            .iter()
+            .map(|(name, value)| (self.text.get(*name), self.text.get(*value)))
     }
 
     /// The event type, always `CONVERSION`.
@@ -162,9 +239,8 @@ impl<'a> ConversionEvent<'a> {
     /// The custom fields sent, as (name without the `cf_` prefix, value), in
     /// order; `null` ones are left out.
     pub fn custom_fields(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
-        self.custom
-            .iter()
-            .map(|(key, value)| (key.get(CUSTOM_PREFIX.len()..).unwrap_or_default(), &**value))
+        self.custom_members()
+            .map(|(key, value)| (key.get(CUSTOM_PREFIX.len()..).unwrap_or_default(), value))
     }
 
     /// The value of one custom field, by name without the `cf_` prefix.
@@ -188,7 +264,7 @@ impl<'a> ConversionEvent<'a> {
     /// to log or to send.
     pub fn unknown_attributes(&self) -> impl ExactSizeIterator<Item = JsonPath<'_>> + '_ {
         self.dropped.listed.iter().map(|dropped| {
-            let name: &str = &dropped.name;
+            let name = self.text.get(dropped.name);
             match dropped.scope {
                 Scope::Event => JsonPath::root().key(name),
                 Scope::Payload => JsonPath::root().name("payload").key(name),
@@ -226,12 +302,10 @@ impl<'a> ConversionEvent<'a> {
     /// `type` and `status`.
     pub fn to_payload_json(&self) -> Value {
         let mut payload = Map::new();
-        for (index, value) in self.strings.iter().enumerate() {
-            if let (Some(value), Some(name)) = (value, FIELD_NAMES.get(index)) {
-                payload.insert(
-                    (*name).to_owned(),
-                    Value::String(value.clone().into_owned()),
-                );
+        for (index, span) in self.strings.iter().enumerate() {
+            if let (true, Some(name)) = (span.is_present(), FIELD_NAMES.get(index)) {
+                let value = self.text.get(*span);
+                payload.insert((*name).to_owned(), Value::String(value.to_owned()));
             }
         }
         if self.tags.is_some() {
@@ -263,11 +337,8 @@ impl<'a> ConversionEvent<'a> {
                 .collect();
             payload.insert(Field::LegalBases.name().to_owned(), Value::Array(bases));
         }
-        for (key, value) in &self.custom {
-            payload.insert(
-                key.clone().into_owned(),
-                Value::String(value.clone().into_owned()),
-            );
+        for (key, value) in self.custom_members() {
+            payload.insert(key.to_owned(), Value::String(value.to_owned()));
         }
         Value::Object(payload)
     }
@@ -289,7 +360,9 @@ impl<'e, 'a> Member<'e, 'a> {
     /// The standard member at `index` of [`FIELD_NAMES`], if `event` has it.
     fn standard(event: &'e ConversionEvent<'a>, index: usize) -> Option<Self> {
         if index < STRING_FIELDS {
-            event.strings.get(index)?.as_deref().map(Member::Text)
+            let span = *event.strings.get(index)?;
+            span.is_present()
+                .then(|| Member::Text(event.text.get(span)))
         } else if index == Field::Tags as usize {
             event.tags.is_some().then_some(Member::Tags(event))
         } else if index == Field::AvailableForMailing as usize {
@@ -348,7 +421,7 @@ impl<'e, 'a> PayloadMembers<'e, 'a> {
         };
         members.extend(before.iter().filter_map(standard));
         let custom_start = members.len();
-        for (key, value) in &event.custom {
+        for (key, value) in event.custom_members() {
             members.push((key, Member::Text(value)));
         }
         // Custom names are unique: a valid event names no member twice

@@ -7,7 +7,7 @@ use super::context::{Ctx, Shaped};
 use super::errors::{DataType, ErrorType, ValidationRules};
 use super::event::ConversionEvent;
 use super::lexer::{Lexer, Scalar, Scan};
-use super::unknown::{DroppedAttributes, read_unknown_attribute};
+use super::unknown::read_unknown_attribute;
 use super::vocabulary::{Field, LegalBasis, LegalBasisType, Scope};
 
 /// Members of a legal-basis object.
@@ -66,7 +66,7 @@ pub(super) fn read_legal_bases<'a>(
             }
             lexer.skip_value(4)?;
         } else if lexer.peek_value() == Some(b'{') {
-            if let Some(basis) = read_legal_basis(lexer, ctx, &mut event.dropped, index)? {
+            if let Some(basis) = read_legal_basis(lexer, ctx, event, index)? {
                 event.legal_bases.push(basis);
             }
         } else {
@@ -83,7 +83,7 @@ pub(super) fn read_legal_bases<'a>(
 fn read_legal_basis<'a>(
     lexer: &mut Lexer<'a>,
     ctx: &mut Ctx<'_, 'a>,
-    dropped: &mut DroppedAttributes<'a>,
+    event: &mut ConversionEvent<'a>,
     index: usize,
 ) -> Scan<Option<LegalBasis>> {
     lexer.open(b'{', 4)?;
@@ -97,7 +97,7 @@ fn read_legal_basis<'a>(
         let Some(key) = BasisKey::classify(&name) else {
             let scope = Scope::LegalBasis(u32::try_from(index).unwrap_or(u32::MAX));
             // Depth 5: event 1, payload 2, legal_bases 3, this object 4.
-            read_unknown_attribute(lexer, ctx, name, scope, 5, dropped)?;
+            read_unknown_attribute(lexer, ctx, name, scope, 5, event)?;
             continue;
         };
         let path = |ctx: &Ctx<'_, 'a>| ctx.basis_path(index).name(key.name());

@@ -89,6 +89,11 @@ impl<'a> Lexer<'a> {
         }
     }
 
+    /// The whole text read.
+    pub(super) fn text(&self) -> &'a str {
+        self.text
+    }
+
     /// The text as bytes: JSON's delimiters are all ASCII.
     fn bytes(&self) -> &'a [u8] {
         self.text.as_bytes()

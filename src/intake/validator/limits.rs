@@ -31,6 +31,7 @@ pub struct ConversionLimits {
     /// Largest body accepted, in bytes, checked before any parsing; a larger
     /// body is answered 413 with `BODY_TOO_LARGE`. Default 204 800 (200 KiB),
     /// the 0.2 MB cap of the real service's conversion and batch routes.
+    /// Bodies over 1 GiB are refused whatever it says.
     pub max_body_bytes: usize,
     /// Longest string accepted in a standard field other than
     /// `traffic_source`, and in a custom field, in characters. Default 1024.

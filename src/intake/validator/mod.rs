@@ -73,6 +73,7 @@ mod membership;
 mod payload;
 mod string_rules;
 pub(crate) mod tags;
+mod text_span;
 mod traffic_source;
 mod unknown;
 pub(crate) mod vocabulary;
@@ -145,12 +146,12 @@ pub fn validate_conversion<'a>(
     custom_fields: &[&str],
     limits: &ConversionLimits,
 ) -> Result<ConversionEvent<'a>, ValidationErrors> {
-    if let Some(too_large) = body_too_large(body, limits) {
+    if let Some(too_large) = body_too_large(body.len(), limits) {
         return Err(too_large);
     }
     let text = utf8(body)?;
     let mut ctx = Ctx::new(limits, custom_fields);
-    let mut event = ConversionEvent::empty();
+    let mut event = ConversionEvent::empty(text);
     let mut lexer = Lexer::new(text, 0);
     let shape = read_event(&mut lexer, &mut ctx, &mut event)
         .and_then(|shape| lexer.finish().map(|()| shape));
@@ -187,7 +188,7 @@ pub fn validate_batch<'a>(
     custom_fields: &[&str],
     limits: &ConversionLimits,
 ) -> Result<Vec<ConversionEvent<'a>>, ValidationErrors> {
-    if let Some(too_large) = body_too_large(body, limits) {
+    if let Some(too_large) = body_too_large(body.len(), limits) {
         return Err(too_large);
     }
     let text = utf8(body)?;
@@ -206,10 +207,12 @@ pub fn validate_batch<'a>(
     }
 }
 
-fn body_too_large(body: &[u8], limits: &ConversionLimits) -> Option<ValidationErrors> {
+fn body_too_large(length: usize, limits: &ConversionLimits) -> Option<ValidationErrors> {
     // Checked before parsing, so an oversized body costs nothing to refuse.
-    (body.len() > limits.max_body_bytes)
-        .then(|| ValidationErrors::body_too_large(limits.max_body_bytes))
+    // Past 1 GiB, whatever the limits say: an event's strings are kept as
+    // 32-bit offsets into its body.
+    let max = limits.max_body_bytes.min(text_span::MAX_SPANNED_BYTES);
+    (length > max).then(|| ValidationErrors::body_too_large(max))
 }
 
 /// The body as text: JSON is UTF-8 (RFC 8259 section 8.1).
@@ -232,4 +235,26 @@ fn not_json(body: &[u8], at: usize) -> ValidationErrors {
         line: 1 + prefix.iter().filter(|b| **b == b'\n').count(),
         column: prefix.len() - line_start + 1,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_past_what_a_span_can_hold_is_too_large_whatever_the_limits() {
+        let mut limits = ConversionLimits::default();
+        limits.max_body_bytes = usize::MAX;
+        let bound = text_span::MAX_SPANNED_BYTES;
+        assert!(body_too_large(bound, &limits).is_none());
+        let refused = body_too_large(bound + 1, &limits).expect("refused");
+        assert_eq!(refused, ValidationErrors::body_too_large(bound));
+        // Below the bound, the limits decide.
+        limits.max_body_bytes = 10;
+        assert!(body_too_large(10, &limits).is_none());
+        assert_eq!(
+            body_too_large(11, &limits),
+            Some(ValidationErrors::body_too_large(10))
+        );
+    }
 }

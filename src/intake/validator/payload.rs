@@ -68,9 +68,7 @@ pub(super) fn read_payload<'a>(
                     let value = value.decode();
                     let refused_control = unescaped_refused_control(&value);
                     check_string(ctx, event, field, &value, refused_control);
-                    if let Some(slot) = event.strings.get_mut(field as usize) {
-                        *slot = Some(value);
-                    }
+                    event.set_string(field, value);
                 }
                 Scalar::Bool(_) | Scalar::Other => {
                     sent |= field.bit();

@@ -13,8 +13,10 @@ use smallvec::SmallVec;
 
 use super::context::Ctx;
 use super::errors::{ErrorType, ValidationRules};
+use super::event::ConversionEvent;
 use super::lexer::{Lexer, Scan};
 use super::limits::UnknownAttributes;
+use super::text_span::{EventText, TextSpan};
 use super::vocabulary::Scope;
 
 /// Dropped attributes an event may have before their names are hashed
@@ -22,12 +24,12 @@ use super::vocabulary::Scope;
 const LINEAR_DROPPED: usize = 8;
 
 /// One attribute accepted and dropped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Dropped<'a> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Dropped {
     /// The object it sat in.
     pub(super) scope: Scope,
-    /// Its member name, unescaped.
-    pub(super) name: Cow<'a, str>,
+    /// Its member name, unescaped, in the event's text.
+    pub(super) name: TextSpan,
 }
 
 /// Most dropped attributes an event lists; the others are only counted.
@@ -36,27 +38,28 @@ const MAX_LISTED_UNKNOWN: usize = 100;
 /// The attributes accepted and dropped from one event, once per place: the
 /// first [`MAX_LISTED_UNKNOWN`] listed in document order, all of them counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct DroppedAttributes<'a> {
+pub(super) struct DroppedAttributes {
     /// The first [`MAX_LISTED_UNKNOWN`], in document order.
-    pub(super) listed: SmallVec<[Dropped<'a>; 4]>,
+    pub(super) listed: SmallVec<[Dropped; 4]>,
     /// How many there were, listed or not.
     pub(super) count: usize,
 }
 
-impl<'a> DroppedAttributes<'a> {
-    /// Adds an attribute not dropped before.
-    pub(super) fn push(&mut self, scope: Scope, name: Cow<'a, str>) {
+impl DroppedAttributes {
+    /// Adds an attribute not dropped before, its name kept in `text`.
+    fn push<'a>(&mut self, text: &mut EventText<'a>, scope: Scope, name: Cow<'a, str>) {
         self.count += 1;
         if self.listed.len() < MAX_LISTED_UNKNOWN {
+            let name = text.keep(name);
             self.listed.push(Dropped { scope, name });
         }
     }
 
     /// Whether the list holds `name` in `scope`.
-    fn lists(&self, scope: Scope, name: &str) -> bool {
+    fn lists(&self, text: &EventText<'_>, scope: Scope, name: &str) -> bool {
         self.listed
             .iter()
-            .any(|dropped| dropped.scope == scope && dropped.name == name)
+            .any(|dropped| dropped.scope == scope && text.get(dropped.name) == name)
     }
 }
 
@@ -69,7 +72,7 @@ pub(super) fn read_unknown_attribute<'a>(
     name: Cow<'a, str>,
     scope: Scope,
     depth: usize,
-    dropped: &mut DroppedAttributes<'a>,
+    event: &mut ConversionEvent<'a>,
 ) -> Scan<()> {
     let deepest = lexer.skip_value(depth)?;
     match ctx.limits.unknown_attributes {
@@ -85,7 +88,7 @@ pub(super) fn read_unknown_attribute<'a>(
                     Some(ValidationRules::MaxDepth(max)),
                 );
             } else {
-                drop_attribute(ctx, scope, name, dropped);
+                drop_attribute(ctx, scope, name, event);
             }
         }
     }
@@ -98,23 +101,24 @@ fn drop_attribute<'a>(
     ctx: &mut Ctx<'_, 'a>,
     scope: Scope,
     name: Cow<'a, str>,
-    dropped: &mut DroppedAttributes<'a>,
+    event: &mut ConversionEvent<'a>,
 ) {
+    let (dropped, text) = (&mut event.dropped, &mut event.text);
     // A search of the list per name made 25,000 distinct names cost 300
     // million comparisons (0.5 to 1.5 s): past a few names, every one is
     // hashed instead.
     if ctx.dropped_seen.is_none() {
-        if dropped.lists(scope, &name) {
+        if dropped.lists(text, scope, &name) {
             return;
         }
         if dropped.count < LINEAR_DROPPED {
-            dropped.push(scope, name);
+            dropped.push(text, scope, name);
             return;
         }
         // All the names dropped so far are listed (fewer than the list
         // holds), so the set starts complete.
         let listed = dropped.listed.iter();
-        let seen = listed.map(|dropped| (dropped.scope, dropped.name.clone()));
+        let seen = listed.map(|dropped| (dropped.scope, text.cow(dropped.name)));
         ctx.dropped_seen = Some(seen.collect());
     }
     let Some(seen) = &mut ctx.dropped_seen else {
@@ -122,7 +126,7 @@ fn drop_attribute<'a>(
     };
     if dropped.listed.len() < MAX_LISTED_UNKNOWN {
         if seen.insert((scope, name.clone())) {
-            dropped.push(scope, name);
+            dropped.push(text, scope, name);
         }
     } else if seen.insert((scope, name)) {
         dropped.count += 1;
@@ -139,29 +143,21 @@ mod tests {
         let names: Vec<String> = (0..1000).map(|i| format!("n{i}")).collect();
         let limits = ConversionLimits::default();
         let mut ctx = Ctx::new(&limits, &[]);
-        let mut dropped = DroppedAttributes::default();
+        let mut event = ConversionEvent::empty("");
+        let dropped = &mut event;
         for (i, name) in names.iter().enumerate() {
-            drop_attribute(&mut ctx, Scope::Payload, Cow::Borrowed(name), &mut dropped);
+            drop_attribute(&mut ctx, Scope::Payload, Cow::Borrowed(name), dropped);
             assert_eq!(ctx.dropped_seen.is_some(), i >= LINEAR_DROPPED, "{i}");
             // Again, and in another object: once per place.
-            drop_attribute(&mut ctx, Scope::Payload, Cow::Borrowed(name), &mut dropped);
+            drop_attribute(&mut ctx, Scope::Payload, Cow::Borrowed(name), dropped);
         }
-        drop_attribute(&mut ctx, Scope::Event, Cow::Borrowed("n1"), &mut dropped);
-        drop_attribute(
-            &mut ctx,
-            Scope::LegalBasis(0),
-            Cow::Borrowed("n1"),
-            &mut dropped,
-        );
-        drop_attribute(
-            &mut ctx,
-            Scope::LegalBasis(1),
-            Cow::Borrowed("n1"),
-            &mut dropped,
-        );
-        assert_eq!(dropped.count, 1003);
-        assert_eq!(dropped.listed.len(), MAX_LISTED_UNKNOWN);
-        let listed: Vec<&str> = dropped.listed.iter().map(|d| &*d.name).collect();
+        drop_attribute(&mut ctx, Scope::Event, Cow::Borrowed("n1"), dropped);
+        drop_attribute(&mut ctx, Scope::LegalBasis(0), Cow::Borrowed("n1"), dropped);
+        drop_attribute(&mut ctx, Scope::LegalBasis(1), Cow::Borrowed("n1"), dropped);
+        assert_eq!(event.dropped.count, 1003);
+        assert_eq!(event.dropped.listed.len(), MAX_LISTED_UNKNOWN);
+        let listed = event.dropped.listed.iter();
+        let listed: Vec<&str> = listed.map(|d| event.text.get(d.name)).collect();
         let first: Vec<&str> = names.iter().take(100).map(String::as_str).collect();
         assert_eq!(listed, first);
     }
