@@ -243,8 +243,10 @@ mod tests {
 
     #[test]
     fn a_body_past_what_a_span_can_hold_is_too_large_whatever_the_limits() {
-        let mut limits = ConversionLimits::default();
-        limits.max_body_bytes = usize::MAX;
+        let mut limits = ConversionLimits {
+            max_body_bytes: usize::MAX,
+            ..ConversionLimits::default()
+        };
         let bound = text_span::MAX_SPANNED_BYTES;
         assert!(body_too_large(bound, &limits).is_none());
         let refused = body_too_large(bound + 1, &limits).expect("refused");
