@@ -30,7 +30,15 @@ pub(super) fn read_other_payload_member<'a>(
         None => None,
     };
     let Some(custom) = custom else {
-        return read_unknown_attribute(lexer, ctx, name, Scope::Payload, 3, event);
+        return read_unknown_attribute(
+            lexer,
+            ctx,
+            name,
+            Scope::Payload,
+            3,
+            &mut event.dropped,
+            &mut event.text,
+        );
     };
     if !custom_seen.insert(custom) {
         lexer.skip_value(3)?;

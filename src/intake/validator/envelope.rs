@@ -70,7 +70,15 @@ pub(super) fn read_event<'a>(
     while let Some(key) = lexer.next_key(&mut first)? {
         let name = key.decode();
         let Some(top) = Top::classify(&name) else {
-            read_unknown_attribute(lexer, ctx, name, Scope::Event, 2, event)?;
+            read_unknown_attribute(
+                lexer,
+                ctx,
+                name,
+                Scope::Event,
+                2,
+                &mut event.dropped,
+                &mut event.text,
+            )?;
             continue;
         };
         let seen = match top {

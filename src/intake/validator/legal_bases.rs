@@ -97,7 +97,15 @@ fn read_legal_basis<'a>(
         let Some(key) = BasisKey::classify(&name) else {
             let scope = Scope::LegalBasis(u32::try_from(index).unwrap_or(u32::MAX));
             // Depth 5: event 1, payload 2, legal_bases 3, this object 4.
-            read_unknown_attribute(lexer, ctx, name, scope, 5, event)?;
+            read_unknown_attribute(
+                lexer,
+                ctx,
+                name,
+                scope,
+                5,
+                &mut event.dropped,
+                &mut event.text,
+            )?;
             continue;
         };
         let path = |ctx: &Ctx<'_, 'a>| ctx.basis_path(index).name(key.name());

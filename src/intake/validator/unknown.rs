@@ -13,7 +13,6 @@ use smallvec::SmallVec;
 
 use super::context::Ctx;
 use super::errors::{ErrorType, ValidationRules};
-use super::event::ConversionEvent;
 use super::lexer::{Lexer, Scan};
 use super::limits::UnknownAttributes;
 use super::text_span::{EventText, TextSpan};
@@ -72,7 +71,8 @@ pub(super) fn read_unknown_attribute<'a>(
     name: Cow<'a, str>,
     scope: Scope,
     depth: usize,
-    event: &mut ConversionEvent<'a>,
+    dropped: &mut DroppedAttributes,
+    text: &mut EventText<'a>,
 ) -> Scan<()> {
     let deepest = lexer.skip_value(depth)?;
     match ctx.limits.unknown_attributes {
@@ -88,7 +88,7 @@ pub(super) fn read_unknown_attribute<'a>(
                     Some(ValidationRules::MaxDepth(max)),
                 );
             } else {
-                drop_attribute(ctx, scope, name, event);
+                drop_attribute(ctx, scope, name, dropped, text);
             }
         }
     }
@@ -101,9 +101,9 @@ fn drop_attribute<'a>(
     ctx: &mut Ctx<'_, 'a>,
     scope: Scope,
     name: Cow<'a, str>,
-    event: &mut ConversionEvent<'a>,
+    dropped: &mut DroppedAttributes,
+    text: &mut EventText<'a>,
 ) {
-    let (dropped, text) = (&mut event.dropped, &mut event.text);
     // A search of the list per name made 25,000 distinct names cost 300
     // million comparisons (0.5 to 1.5 s): past a few names, every one is
     // hashed instead.
@@ -143,21 +143,50 @@ mod tests {
         let names: Vec<String> = (0..1000).map(|i| format!("n{i}")).collect();
         let limits = ConversionLimits::default();
         let mut ctx = Ctx::new(&limits, &[]);
-        let mut event = ConversionEvent::empty("");
-        let dropped = &mut event;
+        let (mut dropped, mut text) = (DroppedAttributes::default(), EventText::new(""));
         for (i, name) in names.iter().enumerate() {
-            drop_attribute(&mut ctx, Scope::Payload, Cow::Borrowed(name), dropped);
+            drop_attribute(
+                &mut ctx,
+                Scope::Payload,
+                Cow::Borrowed(name),
+                &mut dropped,
+                &mut text,
+            );
             assert_eq!(ctx.dropped_seen.is_some(), i >= LINEAR_DROPPED, "{i}");
             // Again, and in another object: once per place.
-            drop_attribute(&mut ctx, Scope::Payload, Cow::Borrowed(name), dropped);
+            drop_attribute(
+                &mut ctx,
+                Scope::Payload,
+                Cow::Borrowed(name),
+                &mut dropped,
+                &mut text,
+            );
         }
-        drop_attribute(&mut ctx, Scope::Event, Cow::Borrowed("n1"), dropped);
-        drop_attribute(&mut ctx, Scope::LegalBasis(0), Cow::Borrowed("n1"), dropped);
-        drop_attribute(&mut ctx, Scope::LegalBasis(1), Cow::Borrowed("n1"), dropped);
-        assert_eq!(event.dropped.count, 1003);
-        assert_eq!(event.dropped.listed.len(), MAX_LISTED_UNKNOWN);
-        let listed = event.dropped.listed.iter();
-        let listed: Vec<&str> = listed.map(|d| event.text.get(d.name)).collect();
+        drop_attribute(
+            &mut ctx,
+            Scope::Event,
+            Cow::Borrowed("n1"),
+            &mut dropped,
+            &mut text,
+        );
+        drop_attribute(
+            &mut ctx,
+            Scope::LegalBasis(0),
+            Cow::Borrowed("n1"),
+            &mut dropped,
+            &mut text,
+        );
+        drop_attribute(
+            &mut ctx,
+            Scope::LegalBasis(1),
+            Cow::Borrowed("n1"),
+            &mut dropped,
+            &mut text,
+        );
+        assert_eq!(dropped.count, 1003);
+        assert_eq!(dropped.listed.len(), MAX_LISTED_UNKNOWN);
+        let listed = dropped.listed.iter();
+        let listed: Vec<&str> = listed.map(|d| text.get(d.name)).collect();
         let first: Vec<&str> = names.iter().take(100).map(String::as_str).collect();
         assert_eq!(listed, first);
     }
