@@ -28,13 +28,21 @@ pub(super) async fn check_purge(store: &dyn crate::store::TokenStore) {
     };
     let live_grant = dated(&new_grant());
     let revoked_grant = dated(&new_grant());
-    for grant in [&live_grant, &revoked_grant] {
+    // The contract deletes "the refresh tokens of grants revoked before"
+    // the cutoff: a grant revoked at the cutoff itself keeps its tokens.
+    let revoked_at_cutoff = dated(&new_grant());
+    for grant in [&live_grant, &revoked_grant, &revoked_at_cutoff] {
         store.insert_grant(grant).await.expect("insert_grant");
     }
-    store
-        .revoke_grant(revoked_grant.id, cutoff - Duration::seconds(1))
-        .await
-        .expect("revoke_grant");
+    for (grant, at) in [
+        (&revoked_grant, cutoff - Duration::seconds(1)),
+        (&revoked_at_cutoff, cutoff),
+    ] {
+        store
+            .revoke_grant(grant.id, at)
+            .await
+            .expect("revoke_grant");
+    }
     let code = |expires_at| CodeRecord {
         issued_at: long_ago,
         expires_at,
@@ -81,6 +89,7 @@ pub(super) async fn check_purge(store: &dyn crate::store::TokenStore) {
     let first_retired = refresh(&live_grant, None);
     let expired_refresh = refresh(&live_grant, Some(cutoff - Duration::seconds(1)));
     let of_revoked_grant = refresh(&revoked_grant, None);
+    let of_grant_revoked_at_cutoff = refresh(&revoked_at_cutoff, None);
     let live_refresh = refresh(&live_grant, Some(cutoff));
     for r in [
         &rotated_long_ago,
@@ -89,6 +98,7 @@ pub(super) async fn check_purge(store: &dyn crate::store::TokenStore) {
         &first_retired,
         &expired_refresh,
         &of_revoked_grant,
+        &of_grant_revoked_at_cutoff,
         &live_refresh,
     ] {
         store
@@ -188,6 +198,10 @@ pub(super) async fn check_purge(store: &dyn crate::store::TokenStore) {
         (
             "a refresh token that expires at the cutoff",
             live_refresh.hash,
+        ),
+        (
+            "a refresh token of a grant revoked at the cutoff",
+            of_grant_revoked_at_cutoff.hash,
         ),
         (
             "a grant's first token rotated before the cutoff whose successor \

@@ -171,8 +171,16 @@ pub(super) async fn check_refresh_tokens(store: &dyn crate::store::TokenStore) {
         Some(token.clone())
     );
 
+    // The successor goes in as the grant's live token: active, whatever
+    // state the record handed to the store carries (the SQL stores have no
+    // column to take it from; the memory store must not keep it either).
     let successor = RefreshTokenRecord {
         predecessor: Some(token.hash),
+        state: RefreshState::Rotated {
+            at: base_time(),
+            successor: token.hash,
+            successor_used_at: None,
+        },
         ..new_refresh(&grant)
     };
     let at = base_time() + Duration::seconds(60);
