@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::account::Account;
 use crate::gateway::Gateway;
@@ -31,8 +31,8 @@ pub const DEMO_EMAIL: &str = "demo@example.com";
 pub const DEMO_REDIRECT_URI: &str = "http://127.0.0.1:9/callback";
 
 /// What a newcomer needs to try the service, as written by
-/// `--demo-credentials`.
-#[derive(Clone, PartialEq, Eq, Serialize)]
+/// `--demo-credentials` (and read back by its tests).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DemoCredentials {
     /// The service's base URL.
     pub base_url: String,

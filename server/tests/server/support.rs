@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use conversion_gateway_testkit::TempDir;
 pub use conversion_gateway_testkit::{Reply, encode, form, hidden, url_param as param};
-use serde::Deserialize;
 use serde_json::Value;
 
 /// The base URL the dialog tests give the server: the realm of its
@@ -78,16 +77,7 @@ fn modified(path: &Path) -> std::time::SystemTime {
 }
 
 /// The demo credentials file the server writes.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-pub struct Demo {
-    pub base_url: String,
-    pub client_id: String,
-    pub client_secret: String,
-    pub redirect_uri: String,
-    pub api_key: String,
-    pub email: String,
-    pub password: String,
-}
+pub type Demo = conversion_gateway::DemoCredentials;
 
 /// A running service, killed when dropped.
 pub struct Server {

@@ -138,51 +138,32 @@ mod tests {
     use super::*;
     use crate::intake::validator::limits::ConversionLimits;
 
+    /// Drops `name` from the object `scope` stands for, into `kept`.
+    fn drop_in<'a>(
+        ctx: &mut Ctx<'_, 'a>,
+        (dropped, text): &mut (DroppedAttributes, EventText<'a>),
+        scope: Scope,
+        name: &'a str,
+    ) {
+        drop_attribute(ctx, scope, Cow::Borrowed(name), dropped, text);
+    }
+
     #[test]
     fn dropped_names_are_hashed_past_a_few() {
         let names: Vec<String> = (0..1000).map(|i| format!("n{i}")).collect();
         let limits = ConversionLimits::default();
         let mut ctx = Ctx::new(&limits, &[]);
-        let (mut dropped, mut text) = (DroppedAttributes::default(), EventText::new(""));
+        let mut kept = (DroppedAttributes::default(), EventText::new(""));
         for (i, name) in names.iter().enumerate() {
-            drop_attribute(
-                &mut ctx,
-                Scope::Payload,
-                Cow::Borrowed(name),
-                &mut dropped,
-                &mut text,
-            );
+            drop_in(&mut ctx, &mut kept, Scope::Payload, name);
             assert_eq!(ctx.dropped_seen.is_some(), i >= LINEAR_DROPPED, "{i}");
             // Again, and in another object: once per place.
-            drop_attribute(
-                &mut ctx,
-                Scope::Payload,
-                Cow::Borrowed(name),
-                &mut dropped,
-                &mut text,
-            );
+            drop_in(&mut ctx, &mut kept, Scope::Payload, name);
         }
-        drop_attribute(
-            &mut ctx,
-            Scope::Event,
-            Cow::Borrowed("n1"),
-            &mut dropped,
-            &mut text,
-        );
-        drop_attribute(
-            &mut ctx,
-            Scope::LegalBasis(0),
-            Cow::Borrowed("n1"),
-            &mut dropped,
-            &mut text,
-        );
-        drop_attribute(
-            &mut ctx,
-            Scope::LegalBasis(1),
-            Cow::Borrowed("n1"),
-            &mut dropped,
-            &mut text,
-        );
+        drop_in(&mut ctx, &mut kept, Scope::Event, "n1");
+        drop_in(&mut ctx, &mut kept, Scope::LegalBasis(0), "n1");
+        drop_in(&mut ctx, &mut kept, Scope::LegalBasis(1), "n1");
+        let (dropped, text) = kept;
         assert_eq!(dropped.count, 1003);
         assert_eq!(dropped.listed.len(), MAX_LISTED_UNKNOWN);
         let listed = dropped.listed.iter();
