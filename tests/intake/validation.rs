@@ -1,8 +1,10 @@
 //! Conversion-event validation: every rule, every error type, every path shape
-//! (here); the characters a stored string may hold (`characters`); and
+//! (here); the characters a stored string may hold (`characters`); when two
+//! events are equal (`equality`); and
 //! hostile bodies at the size limit, answered in bounded space (`hostile`).
 
 mod characters;
+mod equality;
 mod hostile;
 
 use conversion_gateway::{

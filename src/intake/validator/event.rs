@@ -53,7 +53,8 @@ pub struct ConversionEvent<'a> {
 impl PartialEq for ConversionEvent<'_> {
     fn eq(&self, other: &Self) -> bool {
         (0..STRING_FIELDS).all(|index| self.string_at(index) == other.string_at(index))
-            && self.tags == other.tags
+            && self.tags.is_some() == other.tags.is_some()
+            && self.tags().eq(other.tags())
             && self.available_for_mailing == other.available_for_mailing
             && self.legal_bases_present == other.legal_bases_present
             && self.legal_bases == other.legal_bases
@@ -73,9 +74,10 @@ impl std::fmt::Debug for ConversionEvent<'_> {
             .collect();
         let custom: Vec<(&str, &str)> = self.custom_members().collect();
         let dropped: Vec<(Scope, &str)> = self.dropped_members().collect();
+        let tags: Option<Vec<Cow<'_, str>>> = self.tags.map(|_| self.tags().collect());
         f.debug_struct("ConversionEvent")
             .field("strings", &strings)
-            .field("tags", &self.tags)
+            .field("tags", &tags)
             .field("available_for_mailing", &self.available_for_mailing)
             .field("legal_bases_present", &self.legal_bases_present)
             .field("legal_bases", &self.legal_bases)
