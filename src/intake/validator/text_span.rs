@@ -84,6 +84,7 @@ impl<'a> EventText<'a> {
         // Decoded strings are never longer than the escaped text they come
         // from, so the buffer stays below the body's length, and below the
         // offsets a span can hold.
+        // Every offset is below MAX_SPANNED_BYTES, so under the flag's bit.
         let start = offset(self.decoded.len());
         self.decoded.push_str(&value);
         TextSpan::new(start | DECODED, offset(value.len()))
@@ -99,10 +100,12 @@ impl<'a> EventText<'a> {
     /// The string `span` stands for, borrowed from the body when it is
     /// there, else copied.
     pub(super) fn cow(&self, span: TextSpan) -> Cow<'a, str> {
+        // A decoded or absent span starts at 2^31 or more, past any body
+        // (at most MAX_SPANNED_BYTES): only a span of the body finds text.
         let start = span.start() as usize;
         match self.body.get(start..start + span.len() as usize) {
-            Some(text) if span.start() & DECODED == 0 && span.is_present() => Cow::Borrowed(text),
-            _ => Cow::Owned(self.get(span).to_owned()),
+            Some(text) => Cow::Borrowed(text),
+            None => Cow::Owned(self.get(span).to_owned()),
         }
     }
 
@@ -158,6 +161,17 @@ mod tests {
         );
         assert_eq!(text.decoded, "Zoëa\nbnot in the body");
         assert_ne!(name.start() & DECODED, 0);
+    }
+
+    #[test]
+    fn a_span_of_the_body_comes_back_borrowed_and_a_decoded_one_copied() {
+        let body = r#"{"city":"Recife","name":"Zo\u00eb"}"#;
+        let mut text = EventText::new(body);
+        let city = text.keep(Cow::Borrowed(&body[9..15]));
+        let name = text.keep(Cow::Owned("Zoë".to_owned()));
+        assert!(matches!(text.cow(city), Cow::Borrowed("Recife")));
+        assert!(matches!(text.cow(name), Cow::Owned(ref name) if name == "Zoë"));
+        assert!(matches!(text.cow(TextSpan::ABSENT), Cow::Owned(ref none) if none.is_empty()));
     }
 
     #[test]
