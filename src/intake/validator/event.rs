@@ -69,9 +69,7 @@ impl Eq for ConversionEvent<'_> {}
 
 impl std::fmt::Debug for ConversionEvent<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let strings: Vec<(&str, &str)> = (0..STRING_FIELDS)
-            .filter_map(|index| Some((*FIELD_NAMES.get(index)?, self.string_at(index)?)))
-            .collect();
+        let strings: Vec<(&str, &str)> = self.standard_strings().collect();
         let custom: Vec<(&str, &str)> = self.custom_members().collect();
         let dropped: Vec<(Scope, &str)> = self.dropped_members().collect();
         let tags: Option<Vec<Cow<'_, str>>> = self.tags.map(|_| self.tags().collect());
@@ -126,6 +124,12 @@ impl<'a> ConversionEvent<'a> {
     fn string_at(&self, index: usize) -> Option<&str> {
         let span = *self.strings.get(index)?;
         span.is_present().then(|| self.text.get(span))
+    }
+
+    /// The standard string fields sent, as (name, value), in [`Field`] order.
+    fn standard_strings(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
+        (0..STRING_FIELDS)
+            .filter_map(|index| Some((*FIELD_NAMES.get(index)?, self.string_at(index)?)))
     }
 
     /// The attributes dropped and listed, as (object, name).
@@ -304,11 +308,8 @@ impl<'a> ConversionEvent<'a> {
     /// `type` and `status`.
     pub fn to_payload_json(&self) -> Value {
         let mut payload = Map::new();
-        for (index, span) in self.strings.iter().enumerate() {
-            if let (true, Some(name)) = (span.is_present(), FIELD_NAMES.get(index)) {
-                let value = self.text.get(*span);
-                payload.insert((*name).to_owned(), Value::String(value.to_owned()));
-            }
+        for (name, value) in self.standard_strings() {
+            payload.insert(name.to_owned(), Value::String(value.to_owned()));
         }
         if self.tags.is_some() {
             let tags = self
@@ -362,9 +363,7 @@ impl<'e, 'a> Member<'e, 'a> {
     /// The standard member at `index` of [`FIELD_NAMES`], if `event` has it.
     fn standard(event: &'e ConversionEvent<'a>, index: usize) -> Option<Self> {
         if index < STRING_FIELDS {
-            let span = *event.strings.get(index)?;
-            span.is_present()
-                .then(|| Member::Text(event.text.get(span)))
+            event.string_at(index).map(Member::Text)
         } else if index == Field::Tags as usize {
             event.tags.is_some().then_some(Member::Tags(event))
         } else if index == Field::AvailableForMailing as usize {

@@ -22,10 +22,7 @@ const DECODED: u32 = 1 << 31;
 /// when `start` carries [`DECODED`], in the event's decoded strings.
 ///
 /// Both halves in one `u64` (the start above, the length below), so that a
-/// span is written with one store: an event is copied right after it is
-/// read, and a copy that reads 8 bytes written by two 4-byte stores waits
-/// for both to reach the cache (a failed store-to-load forwarding), which
-/// made the copy of an event of two-field spans slower than the reading.
+/// span is written, copied and compared as one word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct TextSpan(u64);
 
@@ -82,9 +79,8 @@ impl<'a> EventText<'a> {
             return span;
         }
         // Decoded strings are never longer than the escaped text they come
-        // from, so the buffer stays below the body's length, and below the
-        // offsets a span can hold.
-        // Every offset is below MAX_SPANNED_BYTES, so under the flag's bit.
+        // from, so the buffer stays below the body's length: its offsets fit
+        // a span, under the flag's bit.
         let start = offset(self.decoded.len());
         self.decoded.push_str(&value);
         TextSpan::new(start | DECODED, offset(value.len()))
