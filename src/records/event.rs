@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
@@ -65,20 +66,18 @@ pub struct RecordedEvent {
 /// `jsonb` (before its migration 7, which keeps them as `json` text) come
 /// back with their members reordered.
 #[derive(Clone)]
-pub struct EventPayload(Arc<RawValue>);
+pub struct EventPayload(Arc<str>);
 
 impl EventPayload {
     /// The payload holding `value`'s JSON text (compact, members in the
     /// map's order).
     pub fn from_value(value: &serde_json::Value) -> Self {
-        // Serialising a `Value` cannot fail: its keys are strings.
-        let raw = serde_json::value::to_raw_value(value).unwrap_or_else(|_| unreachable!());
-        Self(Arc::from(raw))
+        Self(Arc::from(value.to_string()))
     }
 
     /// The payload whose JSON text is `raw`.
     pub(crate) fn from_raw(raw: Box<RawValue>) -> Self {
-        Self(Arc::from(raw))
+        Self(Arc::from(Box::<str>::from(raw)))
     }
 
     /// The payload read back from a store: `text` must be JSON.
@@ -89,20 +88,21 @@ impl EventPayload {
         RawValue::from_string(text).map(Self::from_raw)
     }
 
+    /// The payload whose JSON text is `text`, which the caller wrote as
+    /// JSON (the validator, from a valid event): not parsed again.
+    pub(crate) fn from_written_json(text: String) -> Self {
+        Self(Arc::from(text))
+    }
+
     /// The JSON text.
     pub fn as_str(&self) -> &str {
-        self.0.get()
+        &self.0
     }
 
     /// The payload as a [`serde_json::Value`], to read its members.
     pub fn to_value(&self) -> serde_json::Value {
         // The text is JSON by construction.
         serde_json::from_str(self.as_str()).unwrap_or_default()
-    }
-
-    /// The raw JSON, for serialisers.
-    pub(crate) fn as_raw(&self) -> &RawValue {
-        &self.0
     }
 }
 
@@ -128,7 +128,10 @@ impl fmt::Debug for EventPayload {
 
 impl Serialize for EventPayload {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.as_raw().serialize(serializer)
+        // As raw JSON, which only `serde_json`'s serializer writes as it
+        // is; checked again here, off the intake path (the feed, webhooks).
+        let raw: &RawValue = serde_json::from_str(self.as_str()).map_err(S::Error::custom)?;
+        raw.serialize(serializer)
     }
 }
 

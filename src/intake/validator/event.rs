@@ -3,14 +3,13 @@
 
 use std::borrow::Cow;
 
-use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
 use crate::records::event::EventPayload;
 
 use super::json_path::JsonPath;
-use super::member_order;
+use super::payload_text::payload_text;
 use super::tags::Tags;
 use super::text_span::{EventText, TextSpan};
 use super::unknown::DroppedAttributes;
@@ -121,7 +120,7 @@ impl<'a> ConversionEvent<'a> {
     }
 
     /// The standard string field at `index` (a [`Field`] discriminant).
-    fn string_at(&self, index: usize) -> Option<&str> {
+    pub(super) fn string_at(&self, index: usize) -> Option<&str> {
         let span = *self.strings.get(index)?;
         span.is_present().then(|| self.text.get(span))
     }
@@ -153,7 +152,7 @@ impl<'a> ConversionEvent<'a> {
     }
 
     /// The custom fields sent, as (name with the `cf_` prefix, value).
-    fn custom_members(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+    pub(super) fn custom_members(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
         self.custom
             .iter()
             .map(|(name, value)| (self.text.get(*name), self.text.get(*value)))
@@ -295,11 +294,7 @@ impl<'a> ConversionEvent<'a> {
     /// (sorted) order, the same compact form, without building a
     /// [`Value`] first.
     pub fn to_payload(&self) -> EventPayload {
-        // Serialising borrowed strings, booleans and sequences of them into
-        // a string cannot fail.
-        let raw = serde_json::value::to_raw_value(&PayloadMembers::of(self))
-            .unwrap_or_else(|_| unreachable!());
-        EventPayload::from_raw(raw)
+        EventPayload::from_written_json(payload_text(self))
     }
 
     /// The normalized payload to record: the standard fields sent (without the
@@ -344,97 +339,5 @@ impl<'a> ConversionEvent<'a> {
             payload.insert(key.to_owned(), Value::String(value.to_owned()));
         }
         Value::Object(payload)
-    }
-}
-
-/// One member of a payload being written.
-enum Member<'e, 'a> {
-    /// A string field, standard or custom.
-    Text(&'e str),
-    /// `tags`, from the event's validated tags.
-    Tags(&'e ConversionEvent<'a>),
-    /// `available_for_mailing`.
-    Flag(bool),
-    /// `legal_bases`, each with `category`, `type` and, when sent, `status`.
-    LegalBases(&'e [LegalBasis]),
-}
-
-impl<'e, 'a> Member<'e, 'a> {
-    /// The standard member at `index` of [`FIELD_NAMES`], if `event` has it.
-    fn standard(event: &'e ConversionEvent<'a>, index: usize) -> Option<Self> {
-        if index < STRING_FIELDS {
-            event.string_at(index).map(Member::Text)
-        } else if index == Field::Tags as usize {
-            event.tags.is_some().then_some(Member::Tags(event))
-        } else if index == Field::AvailableForMailing as usize {
-            event.available_for_mailing.map(Member::Flag)
-        } else {
-            // `legal_bases`, the last field.
-            event
-                .legal_bases_present
-                .then_some(Member::LegalBases(&event.legal_bases))
-        }
-    }
-}
-
-impl Serialize for Member<'_, '_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Member::Text(text) => serializer.serialize_str(text),
-            Member::Tags(event) => serializer.collect_seq(event.tags()),
-            Member::Flag(flag) => serializer.serialize_bool(*flag),
-            Member::LegalBases(bases) => serializer.collect_seq(bases.iter().map(|basis| {
-                let mut members: SmallVec<[(&str, &str); 3]> = SmallVec::new();
-                // In the order a JSON object map sorts them.
-                members.push(("category", basis.category.as_str()));
-                if let Some(status) = basis.status {
-                    members.push(("status", status.as_str()));
-                }
-                members.push(("type", basis.kind.as_str()));
-                MapOf(members)
-            })),
-        }
-    }
-}
-
-/// A JSON object of string members, in the order given.
-struct MapOf<'e>(SmallVec<[(&'e str, &'e str); 3]>);
-
-impl Serialize for MapOf<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().copied())
-    }
-}
-
-/// The members of an event's payload, in the order a [`serde_json::Map`]
-/// sorts them (module `member_order`), so that
-/// [`ConversionEvent::to_payload`] writes the text
-/// [`ConversionEvent::to_payload_json`] serialises to.
-struct PayloadMembers<'e, 'a>(SmallVec<[(&'e str, Member<'e, 'a>); 24]>);
-
-impl<'e, 'a> PayloadMembers<'e, 'a> {
-    fn of(event: &'e ConversionEvent<'a>) -> Self {
-        let (before, after) = member_order::around_custom_fields();
-        let mut members: SmallVec<[(&str, Member<'_, '_>); 24]> = SmallVec::new();
-        let standard = |index: &usize| {
-            let name = FIELD_NAMES.get(*index)?;
-            Some((*name, Member::standard(event, *index)?))
-        };
-        members.extend(before.iter().filter_map(standard));
-        let custom_start = members.len();
-        for (key, value) in event.custom_members() {
-            members.push((key, Member::Text(value)));
-        }
-        // Custom names are unique: a valid event names no member twice
-        // (`DUPLICATE_FIELD`).
-        members[custom_start..].sort_unstable_by(|a, b| a.0.cmp(b.0));
-        members.extend(after.iter().filter_map(standard));
-        Self(members)
-    }
-}
-
-impl Serialize for PayloadMembers<'_, '_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().map(|(name, member)| (name, member)))
     }
 }

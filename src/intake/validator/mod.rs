@@ -71,6 +71,7 @@ pub(crate) mod limits;
 mod member_order;
 mod membership;
 mod payload;
+mod payload_text;
 mod string_rules;
 pub(crate) mod tags;
 mod text_span;
