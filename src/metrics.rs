@@ -25,9 +25,14 @@
 //! (the group-commit ones when their store opens), so `/metrics` lists them
 //! before the first request and an alert on a missing series does not fire
 //! at every start (Prometheus' instrumentation guidance: initialise the
-//! series you know of). Install the recorder before building the gateway.
+//! series you know of). Install the recorder before building the gateway:
+//! the gateway keeps handles of its per-request series on the recorder
+//! installed then.
 
+use std::fmt;
 use std::time::Instant;
+
+use metrics::{Counter, Histogram};
 
 /// The endpoints of `cg_requests_total`.
 const ENDPOINTS: [&str; 6] = [
@@ -74,7 +79,7 @@ const STORE_OPERATIONS: [(&str, &str); 7] = [
 /// Registers every series of the table above but the group-commit ones at
 /// zero, with each of its label values. Registering an existing series
 /// leaves its value alone.
-pub(crate) fn register() {
+fn register() {
     for endpoint in ENDPOINTS {
         for outcome in OUTCOMES {
             metrics::counter!("cg_requests_total", "endpoint" => endpoint, "outcome" => outcome.label())
@@ -141,56 +146,145 @@ impl Outcome {
     }
 }
 
-/// Counts a request of `endpoint` that ended as `outcome`.
-pub(crate) fn request(endpoint: &'static str, outcome: Outcome) {
-    debug_assert!(ENDPOINTS.contains(&endpoint), "unregistered {endpoint}");
-    metrics::counter!("cg_requests_total", "endpoint" => endpoint, "outcome" => outcome.label())
-        .increment(1);
+/// The gateway's handles of its per-request series, resolved once on the
+/// recorder installed when the gateway was built, so that a figure on a
+/// hot path is an atomic add, not a lookup of its name and labels in the
+/// recorder's registry (about 2,900 of the 78,000 instructions of a
+/// conversion on the memory store, `valgrind --tool=callgrind`).
+pub(crate) struct GatewayMetrics {
+    requests: [[Counter; OUTCOMES.len()]; ENDPOINTS.len()],
+    events_recorded: [Counter; EVENT_ENDPOINTS.len()],
+    batch_size: Histogram,
+    store_operations: [Histogram; STORE_OPERATIONS.len()],
+    tokens_issued: [Counter; GRANT_TYPES.len()],
+    refreshes: [Counter; REFRESH_OUTCOMES.len()],
+    revocations: Counter,
 }
 
-/// Counts `count` events recorded through `endpoint`.
-pub(crate) fn events_recorded(endpoint: &'static str, count: usize, batch: bool) {
-    debug_assert!(
-        EVENT_ENDPOINTS.contains(&endpoint),
-        "unregistered {endpoint}"
-    );
-    metrics::counter!("cg_events_recorded_total", "endpoint" => endpoint)
-        .increment(u64::try_from(count).unwrap_or(u64::MAX));
-    if batch {
-        #[allow(clippy::cast_precision_loss)] // batches hold at most thousands
-        metrics::histogram!("cg_event_batch_size").record(count as f64);
+impl GatewayMetrics {
+    /// The handles, after [`register`]ing every series at zero.
+    pub(crate) fn register() -> Self {
+        register();
+        Self {
+            requests: std::array::from_fn(|endpoint| {
+                std::array::from_fn(|outcome| {
+                    metrics::counter!(
+                        "cg_requests_total",
+                        "endpoint" => ENDPOINTS[endpoint],
+                        "outcome" => OUTCOMES[outcome].label()
+                    )
+                })
+            }),
+            events_recorded: std::array::from_fn(
+                |endpoint| metrics::counter!("cg_events_recorded_total", "endpoint" => EVENT_ENDPOINTS[endpoint]),
+            ),
+            batch_size: metrics::histogram!("cg_event_batch_size"),
+            store_operations: std::array::from_fn(|index| {
+                let (store, operation) = STORE_OPERATIONS[index];
+                metrics::histogram!(
+                    "cg_store_operation_seconds",
+                    "store" => store,
+                    "operation" => operation
+                )
+            }),
+            tokens_issued: std::array::from_fn(
+                |index| metrics::counter!("cg_tokens_issued_total", "grant_type" => GRANT_TYPES[index]),
+            ),
+            refreshes: std::array::from_fn(
+                |index| metrics::counter!("cg_token_refreshes_total", "outcome" => REFRESH_OUTCOMES[index]),
+            ),
+            revocations: metrics::counter!("cg_revocations_total"),
+        }
     }
+
+    /// Counts a request of `endpoint` that ended as `outcome`.
+    pub(crate) fn request(&self, endpoint: &'static str, outcome: Outcome) {
+        let counter = index_of(&ENDPOINTS, endpoint)
+            .and_then(|endpoint| self.requests.get(endpoint)?.get(outcome as usize));
+        if let Some(counter) = counter {
+            counter.increment(1);
+        }
+    }
+
+    /// Counts `count` events recorded through `endpoint`.
+    pub(crate) fn events_recorded(&self, endpoint: &'static str, count: usize, batch: bool) {
+        if let Some(counter) =
+            index_of(&EVENT_ENDPOINTS, endpoint).and_then(|index| self.events_recorded.get(index))
+        {
+            counter.increment(u64::try_from(count).unwrap_or(u64::MAX));
+        }
+        if batch {
+            #[allow(clippy::cast_precision_loss)] // batches hold at most thousands
+            self.batch_size.record(count as f64);
+        }
+    }
+
+    /// Starts timing `operation` of `store` (`events`, `tokens`, ...).
+    pub(crate) fn store_operation(
+        &self,
+        store: &'static str,
+        operation: &'static str,
+    ) -> StoreTimer<'_> {
+        let index = STORE_OPERATIONS
+            .iter()
+            .position(|pair| *pair == (store, operation));
+        debug_assert!(index.is_some(), "unregistered {store}/{operation}");
+        StoreTimer {
+            histogram: index.and_then(|index| self.store_operations.get(index)),
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts a token response of `grant_type`.
+    pub(crate) fn token_issued(&self, grant_type: &'static str) {
+        if let Some(counter) =
+            index_of(&GRANT_TYPES, grant_type).and_then(|index| self.tokens_issued.get(index))
+        {
+            counter.increment(1);
+        }
+    }
+
+    /// Counts a refresh that ended as `outcome`.
+    pub(crate) fn refresh(&self, outcome: &'static str) {
+        if let Some(counter) =
+            index_of(&REFRESH_OUTCOMES, outcome).and_then(|index| self.refreshes.get(index))
+        {
+            counter.increment(1);
+        }
+    }
+
+    /// Counts a grant revoked through the revocation endpoint.
+    pub(crate) fn revocation(&self) {
+        self.revocations.increment(1);
+    }
+}
+
+impl fmt::Debug for GatewayMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GatewayMetrics")
+    }
+}
+
+/// Where `label` is in `labels`; every label a caller passes is one of
+/// them (checked in debug builds).
+fn index_of(labels: &[&'static str], label: &'static str) -> Option<usize> {
+    let index = labels.iter().position(|known| *known == label);
+    debug_assert!(index.is_some(), "unregistered {label}");
+    index
 }
 
 /// Times a store operation: call [`StoreTimer::done`] when it returns.
-pub(crate) struct StoreTimer {
-    store: &'static str,
-    operation: &'static str,
+pub(crate) struct StoreTimer<'m> {
+    histogram: Option<&'m Histogram>,
     started: Instant,
 }
 
-/// Starts timing `operation` of `store` (`events`, `tokens`, ...).
-pub(crate) fn store_operation(store: &'static str, operation: &'static str) -> StoreTimer {
-    debug_assert!(
-        STORE_OPERATIONS.contains(&(store, operation)),
-        "unregistered {store}/{operation}"
-    );
-    StoreTimer {
-        store,
-        operation,
-        started: Instant::now(),
-    }
-}
-
-impl StoreTimer {
+impl StoreTimer<'_> {
     /// Records the time since the timer started.
     pub(crate) fn done(self) {
-        metrics::histogram!(
-            "cg_store_operation_seconds",
-            "store" => self.store,
-            "operation" => self.operation
-        )
-        .record(self.started.elapsed().as_secs_f64());
+        if let Some(histogram) = self.histogram {
+            histogram.record(self.started.elapsed().as_secs_f64());
+        }
     }
 }
 
@@ -203,29 +297,6 @@ pub(crate) fn group_commit(store: &'static str, size: usize, queued: usize) {
         metrics::histogram!("cg_group_commit_size", "store" => store).record(size as f64);
         metrics::gauge!("cg_group_commit_queue_depth", "store" => store).set(queued as f64);
     }
-}
-
-/// Counts a token response of `grant_type`.
-pub(crate) fn token_issued(grant_type: &'static str) {
-    debug_assert!(
-        GRANT_TYPES.contains(&grant_type),
-        "unregistered {grant_type}"
-    );
-    metrics::counter!("cg_tokens_issued_total", "grant_type" => grant_type).increment(1);
-}
-
-/// Counts a refresh that ended as `outcome`.
-pub(crate) fn refresh(outcome: &'static str) {
-    debug_assert!(
-        REFRESH_OUTCOMES.contains(&outcome),
-        "unregistered {outcome}"
-    );
-    metrics::counter!("cg_token_refreshes_total", "outcome" => outcome).increment(1);
-}
-
-/// Counts a grant revoked through the revocation endpoint.
-pub(crate) fn revocation() {
-    metrics::counter!("cg_revocations_total").increment(1);
 }
 
 /// Counts a webhook attempt that ended as `outcome` after `seconds`.
@@ -248,4 +319,16 @@ pub(crate) fn webhook_switched_off() {
 pub(crate) fn webhook_backlog(pending: u64) {
     #[allow(clippy::cast_precision_loss)] // a backlog of 2^53 is not a concern
     metrics::gauge!("cg_webhook_backlog").set(pending as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_are_listed_in_the_order_of_their_discriminants() {
+        for (index, outcome) in OUTCOMES.into_iter().enumerate() {
+            assert_eq!(outcome as usize, index, "{outcome:?}");
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The parts of an HTTP request the core needs, already extracted by the
 //! adapter, and the parsing of parameters out of them.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use base64::Engine as _;
@@ -104,6 +105,25 @@ impl Params {
             }
         }
         Ok(Self(map))
+    }
+
+    /// The value of `name` in a query string or form body, if sent and not
+    /// empty: what `from_form(input)?.get(name)` answers, errors included,
+    /// without building the map when `input` holds a single parameter (a
+    /// conversion's `?api_key=`, on every request).
+    pub(crate) fn form_value<'i>(
+        input: &'i [u8],
+        name: &str,
+    ) -> Result<Option<Cow<'i, str>>, ParamsError> {
+        if input.contains(&b'&') {
+            let params = Self::from_form(input)?;
+            return Ok(params.get(name).map(|value| Cow::Owned(value.to_owned())));
+        }
+        // No `&`: at most one pair, so nothing can be sent twice.
+        Ok(form_urlencoded::parse(input)
+            .find(|(sent, _)| sent == name)
+            .map(|(_, value)| value)
+            .filter(|value| !value.is_empty()))
     }
 
     /// The string members of a JSON object. Members that are `null` count as
@@ -238,6 +258,42 @@ mod tests {
         );
         assert_eq!(media_type("text/html"), None);
         assert_eq!(media_type("application/jsonx"), None);
+    }
+
+    #[test]
+    fn one_form_value_is_what_the_whole_map_answers() {
+        let inputs: [&[u8]; 14] = [
+            b"",
+            b"api_key=cgak_1",
+            b"api_key=",
+            b"api_key",
+            b"api%5Fkey=a%2Bb+c",
+            b"other=1",
+            b"api_key=x&source=site",
+            b"source=site&api_key=x",
+            b"api_key=x&api_key=x",
+            b"api_key=x&other=1&other=2",
+            b"&api_key=x&",
+            b"api_key=%FF%FE",
+            b"api_key=a=b",
+            b"=x",
+        ];
+        for input in inputs {
+            let whole = Params::from_form(input);
+            let expected = whole.as_ref().map(|params| params.get("api_key"));
+            let one = Params::form_value(input, "api_key");
+            let one = one.as_ref().map(|value| value.as_deref());
+            assert_eq!(
+                one.map_err(Clone::clone),
+                expected.map_err(Clone::clone),
+                "{}",
+                String::from_utf8_lossy(input)
+            );
+        }
+        assert!(matches!(
+            Params::form_value(b"api_key=x", "api_key"),
+            Ok(Some(Cow::Borrowed("x")))
+        ));
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod accounts;
 pub(crate) mod open;
 pub(crate) mod operations;
 
+use crate::metrics::GatewayMetrics;
 use std::sync::Arc;
 
 use crate::answer::{AnswerContext, HttpAnswer, ToHttpAnswer};
@@ -141,6 +142,8 @@ pub struct Gateway {
     pub(crate) rate_limiter: Arc<dyn RateLimiter>,
     /// How webhooks are registered and delivered.
     pub(crate) webhooks: WebhookOptions,
+    /// Handles of the per-request `cg_` series.
+    pub(crate) metrics: GatewayMetrics,
 }
 
 impl Gateway {
@@ -148,11 +151,12 @@ impl Gateway {
     /// clock and the operating system's random source.
     ///
     /// Registers every `cg_` series of the installed `metrics` recorder at
-    /// zero (see the metrics table in the crate docs): install the recorder
-    /// first.
+    /// zero (see the metrics table in the crate docs) and keeps handles of
+    /// them: install the recorder first, since one installed later never
+    /// sees this gateway's per-request figures.
     pub fn new(config: GatewayConfig, stores: Stores, hasher: SecretHasher) -> Self {
-        crate::metrics::register();
         Self {
+            metrics: GatewayMetrics::register(),
             stores,
             api_key_cache: ApiKeyCache::new(config.api_key_cache_ttl),
             realm: config.realm(),

@@ -238,7 +238,7 @@ impl Gateway {
             Lookup::Hit(owner) => return Ok(owner),
             Lookup::Miss(miss) => miss,
         };
-        let timer = crate::metrics::store_operation("api_keys", "find_api_key");
+        let timer = self.metrics.store_operation("api_keys", "find_api_key");
         let record = self.stores.api_keys.find_api_key(&hash).await;
         timer.done();
         let record = record?;
@@ -271,7 +271,7 @@ impl Gateway {
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
         let result = self.conversion_request(request).await;
-        Self::observe(Route::Conversion, &result);
+        self.observe(Route::Conversion, &result);
         result
     }
 
@@ -279,10 +279,10 @@ impl Gateway {
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
-        let query =
-            Params::from_form(request.query.as_bytes()).map_err(|_| IntakeError::MalformedQuery)?;
-        let key = query.get("api_key").ok_or(IntakeError::InvalidApiKey)?;
-        let KeyOwner { account, key_id } = self.api_key_owner(key).await?;
+        let key = Params::form_value(request.query.as_bytes(), "api_key")
+            .map_err(|_| IntakeError::MalformedQuery)?
+            .ok_or(IntakeError::InvalidApiKey)?;
+        let KeyOwner { account, key_id } = self.api_key_owner(&key).await?;
         let credential = Credential {
             channel: IntakeChannel::ApiKey,
             scope: IdempotencyScope::ApiKey(key_id),
@@ -292,15 +292,16 @@ impl Gateway {
     }
 
     /// Counts a request of `route` that ended with `result`.
-    fn observe(route: Route, result: &Result<IntakeReceipt, IntakeError>) {
+    fn observe(&self, route: Route, result: &Result<IntakeReceipt, IntakeError>) {
         let endpoint = route.endpoint();
         let outcome = crate::oauth::token_endpoint::outcome(result, IntakeError::outcome);
-        crate::metrics::request(endpoint, outcome);
+        self.metrics.request(endpoint, outcome);
         if let Ok(receipt) = result
             && !receipt.replayed
         {
             let batch = matches!(route, Route::Batch);
-            crate::metrics::events_recorded(endpoint, receipt.event_uuids.len(), batch);
+            self.metrics
+                .events_recorded(endpoint, receipt.event_uuids.len(), batch);
         }
     }
 
@@ -320,7 +321,7 @@ impl Gateway {
                 .await
         }
         .await;
-        Self::observe(Route::Event, &result);
+        self.observe(Route::Event, &result);
         result
     }
 
@@ -340,7 +341,7 @@ impl Gateway {
                 .await
         }
         .await;
-        Self::observe(Route::Batch, &result);
+        self.observe(Route::Batch, &result);
         result
     }
 
@@ -438,7 +439,7 @@ impl Gateway {
             }
             Err(error) => return Err(error),
         };
-        let timer = crate::metrics::store_operation("events", "record");
+        let timer = self.metrics.store_operation("events", "record");
         let outcome = self.stores.events.record(&submission).await;
         timer.done();
         if charged && !matches!(outcome, Ok(RecordOutcome::Recorded)) {

@@ -84,7 +84,7 @@ impl Gateway {
             Some(HeaderCredentials::Bearer(token)) => AccessToken::new(token),
             _ => return Err(BearerError::Missing),
         };
-        let timer = crate::metrics::store_operation("tokens", "find_access_token");
+        let timer = self.metrics.store_operation("tokens", "find_access_token");
         let found = self
             .stores
             .tokens

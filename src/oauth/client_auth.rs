@@ -94,7 +94,7 @@ impl Gateway {
         let invalid = TokenError::InvalidClient {
             basic: presented.basic,
         };
-        let timer = crate::metrics::store_operation("clients", "find_client");
+        let timer = self.metrics.store_operation("clients", "find_client");
         let client = self
             .stores
             .clients

@@ -208,7 +208,7 @@ impl Gateway {
     ) -> Result<Introspection, TokenError> {
         let result = self.introspect_request(request).await;
         let outcome = crate::oauth::token_endpoint::outcome(&result, TokenError::outcome);
-        crate::metrics::request("introspect", outcome);
+        self.metrics.request("introspect", outcome);
         result
     }
 

@@ -48,7 +48,9 @@ impl Gateway {
             // One atomic step: should it fail, the presented token is still
             // active and the client's retry is a refresh like the first,
             // not a reuse.
-            let timer = crate::metrics::store_operation("tokens", "rotate_refresh_token");
+            let timer = self
+                .metrics
+                .store_operation("tokens", "rotate_refresh_token");
             let rotation = self
                 .stores
                 .tokens
@@ -57,8 +59,8 @@ impl Gateway {
             timer.done();
             match rotation {
                 Rotation::Rotated => {
-                    crate::metrics::refresh("rotated");
-                    crate::metrics::token_issued("refresh_token");
+                    self.metrics.refresh("rotated");
+                    self.metrics.token_issued("refresh_token");
                     return Ok(self.stored_tokens(access_token, successor, caller));
                 }
                 // Lost a race with a concurrent refresh of the same token:
@@ -76,8 +78,8 @@ impl Gateway {
             RefreshDecision::KeepToken => {
                 let issued = self.issue_access(caller, presented, now).await;
                 if issued.is_ok() {
-                    crate::metrics::refresh("kept");
-                    crate::metrics::token_issued("refresh_token");
+                    self.metrics.refresh("kept");
+                    self.metrics.token_issued("refresh_token");
                 }
                 issued
             }
@@ -104,7 +106,7 @@ impl Gateway {
         client: &Client,
         now: time::OffsetDateTime,
     ) -> Result<RefreshTokenRecord, TokenError> {
-        let timer = crate::metrics::store_operation("tokens", "find_refresh_token");
+        let timer = self.metrics.store_operation("tokens", "find_refresh_token");
         let found = self.stores.tokens.find_refresh_token(hash).await;
         timer.done();
         let record = found?.ok_or(TokenError::InvalidRefreshToken)?;
@@ -133,8 +135,8 @@ impl Gateway {
         {
             let issued = self.issue_access(caller, successor, now).await;
             if issued.is_ok() {
-                crate::metrics::refresh("grace_replay");
-                crate::metrics::token_issued("refresh_token");
+                self.metrics.refresh("grace_replay");
+                self.metrics.token_issued("refresh_token");
             }
             return issued;
         }
@@ -160,7 +162,7 @@ impl Gateway {
         now: time::OffsetDateTime,
     ) -> Result<TokenResponse, TokenError> {
         self.stores.tokens.revoke_grant(grant_id, now).await?;
-        crate::metrics::refresh("reuse_detected");
+        self.metrics.refresh("reuse_detected");
         Err(TokenError::InvalidRefreshToken)
     }
 }

@@ -75,14 +75,14 @@ impl Gateway {
             RevocationError::Bearer(BearerError::Store(_)) => crate::metrics::Outcome::Unavailable,
             RevocationError::Bearer(_) => crate::metrics::Outcome::RefusedAuthentication,
         });
-        crate::metrics::request("revoke", outcome);
+        self.metrics.request("revoke", outcome);
         if matches!(
             &result,
             Ok(Revocation {
                 revoked_grant: Some(_)
             })
         ) {
-            crate::metrics::revocation();
+            self.metrics.revocation();
         }
         result
     }

@@ -135,7 +135,8 @@ impl Gateway {
     /// the store failed.
     pub async fn token(&self, request: &RequestParts<'_>) -> Result<TokenResponse, TokenError> {
         let result = self.token_request(request).await;
-        crate::metrics::request("token", outcome(&result, TokenError::outcome));
+        self.metrics
+            .request("token", outcome(&result, TokenError::outcome));
         result
     }
 
@@ -217,7 +218,7 @@ impl Gateway {
         let (access_token, access) = self.new_access_token(&caller, now);
         // One atomic step: should it fail, the code is still unused and the
         // client's retry is an exchange like the first, not a replay.
-        let timer = crate::metrics::store_operation("tokens", "redeem_code");
+        let timer = self.metrics.store_operation("tokens", "redeem_code");
         let taken = self
             .stores
             .tokens
@@ -226,7 +227,7 @@ impl Gateway {
         timer.done();
         match taken {
             CodeTake::Taken(_) => {
-                crate::metrics::token_issued("authorization_code");
+                self.metrics.token_issued("authorization_code");
                 Ok(self.stored_tokens(access_token, refresh_token, caller))
             }
             // Lost a race with another exchange of the same code.
