@@ -15,142 +15,129 @@ use smallvec::SmallVec;
 use super::event::ConversionEvent;
 use super::member_order;
 use super::tags::Tags;
-use super::vocabulary::{FIELD_NAMES, Field, LegalBasis, STRING_FIELDS};
+use super::vocabulary::{FIELD_NAMES, Field, STRING_FIELDS};
 
 /// The payload of `event` as JSON text.
 pub(super) fn payload_text(event: &ConversionEvent<'_>) -> String {
-    let members = members(event);
-    let mut out = String::with_capacity(members.iter().map(Member::size_hint).sum::<usize>() + 2);
-    out.push('{');
-    for (index, member) in members.iter().enumerate() {
-        if index > 0 {
-            out.push(',');
-        }
-        write_string(&mut out, member.name);
-        out.push(':');
-        member.value.write(&mut out);
-    }
-    out.push('}');
-    out
-}
-
-/// One member of a payload: its name and value.
-struct Member<'e, 'a> {
-    name: &'e str,
-    value: MemberValue<'e, 'a>,
-}
-
-impl Member<'_, '_> {
-    /// About how many bytes the member takes in the text (exact unless
-    /// something in it needs an escape), so that the text is allocated
-    /// once.
-    fn size_hint(&self) -> usize {
-        // The quotes around the name, the `:` and the `,`.
-        let value = match &self.value {
-            MemberValue::Text(text) => text.len() + 2,
-            MemberValue::Tags(raw) => raw.len(),
-            MemberValue::Flag(_) => 5,
-            MemberValue::LegalBases(bases) => bases.len() * 72 + 2,
-        };
-        self.name.len() + 4 + value
-    }
-}
-
-/// The value of a payload member.
-enum MemberValue<'e, 'a> {
-    /// A string field, standard or custom.
-    Text(&'e str),
-    /// `tags`: the raw text of the validated array, each tag written again
-    /// from its unescaped value.
-    Tags(&'a str),
-    /// `available_for_mailing`.
-    Flag(bool),
-    /// `legal_bases`, each with `category`, `type` and, when sent, `status`.
-    LegalBases(&'e [LegalBasis]),
-}
-
-impl MemberValue<'_, '_> {
-    fn write(&self, out: &mut String) {
-        match self {
-            MemberValue::Text(text) => write_string(out, text),
-            MemberValue::Tags(raw) => {
-                out.push('[');
-                for (index, tag) in Tags::new(raw).enumerate() {
-                    if index > 0 {
-                        out.push(',');
-                    }
-                    write_string(out, &tag);
-                }
-                out.push(']');
-            }
-            MemberValue::Flag(flag) => out.push_str(if *flag { "true" } else { "false" }),
-            MemberValue::LegalBases(bases) => {
-                out.push('[');
-                for (index, basis) in bases.iter().enumerate() {
-                    if index > 0 {
-                        out.push(',');
-                    }
-                    // In the order a JSON object map sorts them.
-                    out.push_str("{\"category\":");
-                    write_string(out, basis.category.as_str());
-                    if let Some(status) = basis.status {
-                        out.push_str(",\"status\":");
-                        write_string(out, status.as_str());
-                    }
-                    out.push_str(",\"type\":");
-                    write_string(out, basis.kind.as_str());
-                    out.push('}');
-                }
-                out.push(']');
-            }
-        }
-    }
-}
-
-/// The members of `event`'s payload, in the order a [`serde_json::Map`]
-/// sorts them: the standard members before the custom fields, the custom
-/// fields sorted by name, then the standard members after them.
-fn members<'e, 'a>(event: &'e ConversionEvent<'a>) -> SmallVec<[Member<'e, 'a>; 24]> {
-    let (before, after) = member_order::around_custom_fields();
-    let mut members: SmallVec<[Member<'e, 'a>; 24]> = SmallVec::new();
-    let standard = |index: &usize| {
-        Some(Member {
-            name: FIELD_NAMES.get(*index)?,
-            value: standard_value(event, *index)?,
-        })
+    let mut payload = Payload {
+        out: String::with_capacity(size_hint(event)),
+        first: true,
     };
-    members.extend(before.iter().filter_map(standard));
-    let custom_start = members.len();
-    for (name, value) in event.custom_members() {
-        members.push(Member {
-            name,
-            value: MemberValue::Text(value),
-        });
+    payload.out.push('{');
+    let (before, after) = member_order::around_custom_fields();
+    for &index in before {
+        payload.standard(event, index);
     }
     // Custom names are unique: a valid event names no member twice
     // (`DUPLICATE_FIELD`).
-    members[custom_start..].sort_unstable_by(|a, b| a.name.cmp(b.name));
-    members.extend(after.iter().filter_map(standard));
-    members
+    let mut custom: SmallVec<[(&str, &str); 8]> = event.custom_members().collect();
+    custom.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for (name, value) in custom {
+        payload.name(name);
+        write_string(&mut payload.out, value);
+    }
+    for &index in after {
+        payload.standard(event, index);
+    }
+    payload.out.push('}');
+    payload.out
 }
 
-/// The value of the standard member at `index` of [`FIELD_NAMES`], if
-/// `event` has it.
-fn standard_value<'e, 'a>(
-    event: &'e ConversionEvent<'a>,
-    index: usize,
-) -> Option<MemberValue<'e, 'a>> {
-    if index < STRING_FIELDS {
-        event.string_at(index).map(MemberValue::Text)
-    } else if index == Field::Tags as usize {
-        event.tags.map(MemberValue::Tags)
-    } else if index == Field::AvailableForMailing as usize {
-        event.available_for_mailing.map(MemberValue::Flag)
-    } else {
-        // `legal_bases`, the last field.
-        event
-            .legal_bases_present
-            .then_some(MemberValue::LegalBases(&event.legal_bases))
+/// About how many bytes the payload of `event` takes (exact unless
+/// something in it needs an escape), so that its text is allocated once.
+fn size_hint(event: &ConversionEvent<'_>) -> usize {
+    // Each member: its name, its value, two pairs of quotes, `:` and `,`.
+    let member = |name: &str, value: &str| name.len() + value.len() + 6;
+    let standard: usize = (0..STRING_FIELDS)
+        .filter_map(|index| Some(member(FIELD_NAMES.get(index)?, event.string_at(index)?)))
+        .sum();
+    let custom: usize = event
+        .custom_members()
+        .map(|(name, value)| member(name, value))
+        .sum();
+    let tags = event.tags.map_or(0, |raw| raw.len() + 8);
+    let legal_bases = event.legal_bases.len() * 72 + 16;
+    standard + custom + tags + legal_bases + 32
+}
+
+/// The text being written, and whether no member is written yet.
+struct Payload {
+    out: String,
+    first: bool,
+}
+
+impl Payload {
+    /// Writes the name of the next member and its `:`.
+    fn name(&mut self, name: &str) {
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        write_string(&mut self.out, name);
+        self.out.push(':');
+    }
+
+    /// Writes the standard member at `index` of [`FIELD_NAMES`], if `event`
+    /// has it.
+    fn standard(&mut self, event: &ConversionEvent<'_>, index: usize) {
+        let Some(name) = FIELD_NAMES.get(index) else {
+            return;
+        };
+        if index < STRING_FIELDS {
+            if let Some(text) = event.string_at(index) {
+                self.name(name);
+                write_string(&mut self.out, text);
+            }
+        } else if index == Field::Tags as usize {
+            if let Some(raw) = event.tags {
+                self.name(name);
+                self.tags(raw);
+            }
+        } else if index == Field::AvailableForMailing as usize {
+            if let Some(flag) = event.available_for_mailing {
+                self.name(name);
+                self.out.push_str(if flag { "true" } else { "false" });
+            }
+        } else if event.legal_bases_present {
+            // `legal_bases`, the last field.
+            self.name(name);
+            self.legal_bases(event);
+        }
+    }
+
+    /// `tags`, from the raw text of the validated array: each tag written
+    /// again from its unescaped value.
+    fn tags(&mut self, raw: &str) {
+        self.out.push('[');
+        for (index, tag) in Tags::new(raw).enumerate() {
+            if index > 0 {
+                self.out.push(',');
+            }
+            write_string(&mut self.out, &tag);
+        }
+        self.out.push(']');
+    }
+
+    /// `legal_bases`, each with `category`, `type` and, when sent, `status`,
+    /// in the order a JSON object map sorts them.
+    fn legal_bases(&mut self, event: &ConversionEvent<'_>) {
+        let out = &mut self.out;
+        out.push('[');
+        for (index, basis) in event.legal_bases.iter().enumerate() {
+            if index > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"category\":");
+            write_string(out, basis.category.as_str());
+            if let Some(status) = basis.status {
+                out.push_str(",\"status\":");
+                write_string(out, status.as_str());
+            }
+            out.push_str(",\"type\":");
+            write_string(out, basis.kind.as_str());
+            out.push('}');
+        }
+        out.push(']');
     }
 }
 
@@ -161,14 +148,12 @@ fn standard_value<'e, 'a>(
 fn write_string(out: &mut String, text: &str) {
     out.push('"');
     let bytes = text.as_bytes();
-    // Eight bytes at a time while none needs an escape: the common case.
-    let mut clean = 0;
-    while let Some(word) = bytes.get(clean..clean + 8) {
-        let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-        if needs_escape(word) {
-            break;
-        }
-        clean += 8;
+    let clean = clean_prefix(bytes);
+    if clean == bytes.len() {
+        // The common case: nothing to escape, one copy.
+        out.push_str(text);
+        out.push('"');
+        return;
     }
     let mut copied = 0;
     for (index, &byte) in bytes.iter().enumerate().skip(clean) {
@@ -196,6 +181,38 @@ fn write_string(out: &mut String, text: &str) {
     }
     out.push_str(text.get(copied..).unwrap_or_default());
     out.push('"');
+}
+
+/// How many bytes `bytes` starts with, in whole words of eight, before a
+/// word that holds a byte to escape: all of them when none does.
+fn clean_prefix(bytes: &[u8]) -> usize {
+    let word = |eight: &[u8]| u64::from_le_bytes(eight.try_into().unwrap_or_default());
+    if bytes.len() < 8 {
+        // Padded with a byte that needs no escape.
+        let mut padded = [b' '; 8];
+        for (slot, &byte) in padded.iter_mut().zip(bytes) {
+            *slot = byte;
+        }
+        return if needs_escape(u64::from_le_bytes(padded)) {
+            0
+        } else {
+            bytes.len()
+        };
+    }
+    let mut words = bytes.chunks_exact(8);
+    let mut clean = 0;
+    for eight in words.by_ref() {
+        if needs_escape(word(eight)) {
+            return clean;
+        }
+        clean += 8;
+    }
+    // The last eight bytes, overlapping the words already read, hold the
+    // rest.
+    match bytes.get(bytes.len() - 8..) {
+        Some(last) if words.remainder().is_empty() || !needs_escape(word(last)) => bytes.len(),
+        _ => clean,
+    }
 }
 
 /// Whether any of the eight bytes of `word` is below 0x20, `"` or `\`
@@ -241,6 +258,24 @@ mod tests {
         for sample in samples {
             let expected = serde_json::to_string(sample).expect("a string");
             assert_eq!(written(sample), expected, "{sample:?}");
+        }
+    }
+
+    #[test]
+    fn an_escape_is_found_at_every_place_of_strings_of_every_length() {
+        for len in 0..=17 {
+            let clean = "a".repeat(len);
+            assert_eq!(clean_prefix(clean.as_bytes()), len);
+            assert_eq!(written(&clean), format!("\"{clean}\""));
+            for place in 0..len {
+                for special in ['"', '\\', '\n', '\u{0}'] {
+                    let mut text = clean.clone();
+                    text.replace_range(place..=place, &special.to_string());
+                    assert!(clean_prefix(text.as_bytes()) <= place, "{text:?}");
+                    let expected = serde_json::to_string(&text).expect("a string");
+                    assert_eq!(written(&text), expected, "{text:?}");
+                }
+            }
         }
     }
 
