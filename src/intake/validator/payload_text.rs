@@ -69,12 +69,26 @@ struct Payload {
 impl Payload {
     /// Writes the name of the next member and its `:`.
     fn name(&mut self, name: &str) {
+        self.separate();
+        write_string(&mut self.out, name);
+        self.out.push(':');
+    }
+
+    /// Writes the name of the next member, a standard field's (which holds
+    /// nothing to escape), and its `:`.
+    fn standard_name(&mut self, name: &str) {
+        self.separate();
+        self.out.push('"');
+        self.out.push_str(name);
+        self.out.push_str("\":");
+    }
+
+    /// Writes the `,` before a member but the first.
+    fn separate(&mut self) {
         if !self.first {
             self.out.push(',');
         }
         self.first = false;
-        write_string(&mut self.out, name);
-        self.out.push(':');
     }
 
     /// Writes the standard member at `index` of [`FIELD_NAMES`], if `event`
@@ -85,22 +99,22 @@ impl Payload {
         };
         if index < STRING_FIELDS {
             if let Some(text) = event.string_at(index) {
-                self.name(name);
+                self.standard_name(name);
                 write_string(&mut self.out, text);
             }
         } else if index == Field::Tags as usize {
             if let Some(raw) = event.tags {
-                self.name(name);
+                self.standard_name(name);
                 self.tags(raw);
             }
         } else if index == Field::AvailableForMailing as usize {
             if let Some(flag) = event.available_for_mailing {
-                self.name(name);
+                self.standard_name(name);
                 self.out.push_str(if flag { "true" } else { "false" });
             }
         } else if event.legal_bases_present {
             // `legal_bases`, the last field.
-            self.name(name);
+            self.standard_name(name);
             self.legal_bases(event);
         }
     }
@@ -276,6 +290,13 @@ mod tests {
                     assert_eq!(written(&text), expected, "{text:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn no_standard_name_needs_an_escape() {
+        for name in FIELD_NAMES {
+            assert_eq!(written(name), format!("\"{name}\""));
         }
     }
 
