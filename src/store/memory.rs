@@ -607,6 +607,23 @@ impl EventFeed for MemoryEventSink {
         };
         Ok(FeedPage::new(events, next))
     }
+
+    async fn skip_after(
+        &self,
+        cursor: &FeedCursor,
+        limit: usize,
+    ) -> Result<(FeedCursor, usize), StoreError> {
+        let start = usize::try_from(position(cursor, "mem")?).unwrap_or(usize::MAX);
+        let recorded = lock(&self.state).events.len();
+        let start = start.min(recorded);
+        let end = start.saturating_add(limit).min(recorded);
+        let next = if end == start {
+            cursor.clone()
+        } else {
+            FeedCursor::new(format!("mem:{end}"))
+        };
+        Ok((next, end - start))
+    }
 }
 
 /// [`EventSink`] in memory.

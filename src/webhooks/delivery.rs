@@ -64,6 +64,16 @@ impl Gateway {
     /// events again.
     pub async fn dispatch_webhook_deliveries(&self, page: usize) -> Result<usize, StoreError> {
         let from = self.stores.webhooks.dispatch_cursor().await?;
+        if !self.any_webhook_wants_conversions().await? {
+            let (next, passed) = self.stores.feed.skip_after(&from, page.max(1)).await?;
+            // Asked again after the feed was read, as the path below lists
+            // webhooks after reading the events: a webhook registered in
+            // between is not passed by.
+            if passed == 0 || !self.any_webhook_wants_conversions().await? {
+                let moved = passed > 0 && self.stores.webhooks.dispatch(&from, &next, &[]).await?;
+                return Ok(if moved { passed } else { 0 });
+            }
+        }
         let read = self.stores.feed.read_after(&from, page.max(1)).await?;
         if read.events.is_empty() {
             return Ok(0);
@@ -106,6 +116,18 @@ impl Gateway {
             .dispatch(&from, &read.next, &deliveries)
             .await?;
         Ok(if passed { read.events.len() } else { 0 })
+    }
+
+    /// Whether any webhook could be sent a conversion: without one, the
+    /// dispatcher passes the feed's events by without reading them (which
+    /// cost the SQL stores a fifth of their conversions per second in the
+    /// intake bench).
+    async fn any_webhook_wants_conversions(&self) -> Result<bool, StoreError> {
+        let webhooks = self.stores.webhooks.list_webhooks(None).await?;
+        Ok(webhooks.iter().any(|webhook| {
+            webhook.status == WebhookStatus::Active
+                && webhook.event_type == WebhookEventType::Converted
+        }))
     }
 
     /// Leases at most `limit` due deliveries to this gateway for

@@ -1,10 +1,13 @@
 //! Deliveries, stepped on the manual clock: what is delivered to whom,
 //! signed how, retried when, given up when, and in which order.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use conversion_gateway::{
-    Clock, DeliveryNext, DeliveryState, RetrySchedule, SendOutcome, WebhookChange, WebhookStatus,
+    Clock, DeliveryNext, DeliveryState, EventFeed, FeedCursor, FeedPage, MemoryEventSink,
+    RetrySchedule, SendOutcome, StoreError, Stores, WebhookChange, WebhookStatus,
 };
 use serde_json::json;
 
@@ -84,6 +87,67 @@ async fn event_identifiers_filter_and_earlier_conversions_are_not_delivered() {
         .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(everything, ["a@example.com", "b@example.com"]);
+}
+
+/// The memory feed, counting the events read back through it.
+struct CountingFeed {
+    inner: Arc<MemoryEventSink>,
+    events_read: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl EventFeed for CountingFeed {
+    async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
+        let page = self.inner.read_after(cursor, limit).await?;
+        self.events_read
+            .fetch_add(page.events.len(), Ordering::SeqCst);
+        Ok(page)
+    }
+
+    async fn skip_after(
+        &self,
+        cursor: &FeedCursor,
+        limit: usize,
+    ) -> Result<(FeedCursor, usize), StoreError> {
+        self.inner.skip_after(cursor, limit).await
+    }
+}
+
+#[tokio::test]
+async fn without_a_webhook_the_dispatcher_passes_conversions_by_unread() {
+    let events = Arc::new(MemoryEventSink::new());
+    let feed = Arc::new(CountingFeed {
+        inner: events.clone(),
+        events_read: AtomicUsize::new(0),
+    });
+    let mut stores = Stores::in_memory();
+    stores.events = events;
+    stores.feed = feed.clone();
+    let t = Hooks::on(stores, RetrySchedule::default()).await;
+    for n in 0..3 {
+        t.convert(&format!("early{n}@example.com"), "demo").await;
+    }
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.events_dispatched, 3, "passed");
+    assert_eq!(feed.events_read.load(Ordering::SeqCst), 0, "unread");
+    assert!(round.attempts.is_empty());
+
+    // Once a webhook is registered, the conversions after it are read and
+    // delivered; those passed by stay passed by.
+    t.f.clock.advance(time::Duration::seconds(1));
+    t.register(URL).await;
+    t.receiver.clear();
+    t.convert("later@example.com", "demo").await;
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.events_dispatched, 1);
+    assert_eq!(feed.events_read.load(Ordering::SeqCst), 1);
+    let delivered: Vec<String> = t
+        .receiver
+        .bodies_to(URL)
+        .iter()
+        .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(delivered, ["later@example.com"]);
 }
 
 #[tokio::test]

@@ -106,6 +106,32 @@ pub(super) async fn check_feed_order(sink: &dyn EventSink, feed: &dyn EventFeed)
     );
     assert!(!rest.is_empty() || first.events.len() == 1);
 
+    // Skipping passes what reading passes: the same cursor after the same
+    // events (settled: every event before ours is visible once ours are).
+    for limit in 1..=events.len() {
+        let page = feed.read_after(&before, limit).await.expect("read_after");
+        let skipped = feed.skip_after(&before, limit).await.expect("skip_after");
+        assert_eq!(
+            skipped,
+            (page.next.clone(), page.events.len()),
+            "skip_after passes the events read_after reads, limit {limit}"
+        );
+        assert_eq!(skipped.1, limit, "at least our events follow the cursor");
+    }
+    let (_, end) = drain(feed, before.clone(), 500, account).await;
+    assert_eq!(
+        feed.skip_after(&end, 10).await.expect("skip_after"),
+        (end.clone(), 0),
+        "nothing to skip at the end: the cursor stays"
+    );
+    let foreign = feed
+        .skip_after(&FeedCursor::new("someone-else:cursor"), 10)
+        .await;
+    assert!(
+        matches!(foreign, Err(StoreError::Rejected { .. })),
+        "skip_after: a cursor the store did not write is Rejected, got {foreign:?}"
+    );
+
     let foreign = feed
         .read_after(&FeedCursor::new("someone-else:cursor"), 10)
         .await;

@@ -62,6 +62,40 @@ impl EventFeed for PgStore {
         };
         Ok(FeedPage::new(events, next))
     }
+
+    async fn skip_after(
+        &self,
+        cursor: &FeedCursor,
+        limit: usize,
+    ) -> Result<(FeedCursor, usize), StoreError> {
+        const ACTION: &str = "skip events of the feed";
+        let (tx, seq) = pg_position(cursor)?;
+        // The page's positions only, the same rows `read_after` would read:
+        // the last one and how many.
+        let last: Option<(String, i64, i64)> = sqlx::query_as(
+            "WITH page AS (
+                 SELECT tx_id, feed_seq FROM events
+                 WHERE (tx_id, feed_seq) > ($1::text::xid8, $2)
+                   AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+                 ORDER BY tx_id, feed_seq
+                 LIMIT $3)
+             SELECT tx_id::text, feed_seq, (SELECT count(*) FROM page)
+             FROM page ORDER BY tx_id DESC, feed_seq DESC LIMIT 1",
+        )
+        .bind(tx.to_string())
+        .bind(seq)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend(ACTION))?;
+        Ok(match last {
+            Some((last_tx, last_seq, skipped)) => (
+                FeedCursor::new(format!("pg:{last_tx}:{last_seq}")),
+                usize::try_from(skipped).unwrap_or(0),
+            ),
+            None => (cursor.clone(), 0),
+        })
+    }
 }
 
 /// The transaction id and sequence number in a cursor `pg:TX:SEQ`; the

@@ -51,6 +51,29 @@ impl EventFeed for SqliteStore {
         };
         Ok(FeedPage::new(events, next))
     }
+
+    async fn skip_after(
+        &self,
+        cursor: &FeedCursor,
+        limit: usize,
+    ) -> Result<(FeedCursor, usize), StoreError> {
+        const ACTION: &str = "skip events of the feed";
+        let after = i64::try_from(position(cursor, "sqlite")?).unwrap_or(i64::MAX);
+        let (skipped, last): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT count(*), max(rowid) FROM
+               (SELECT rowid FROM events WHERE rowid > ? ORDER BY rowid LIMIT ?)",
+        )
+        .bind(after)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_one(&self.reader)
+        .await
+        .map_err(backend(ACTION))?;
+        let next = match last {
+            Some(last) => FeedCursor::new(format!("sqlite:{last}")),
+            None => cursor.clone(),
+        };
+        Ok((next, usize::try_from(skipped).unwrap_or(0)))
+    }
 }
 
 #[async_trait]
