@@ -279,7 +279,7 @@ impl Gateway {
         &self,
         request: &RequestParts<'_>,
     ) -> Result<IntakeReceipt, IntakeError> {
-        let key = Params::form_value(request.query.as_bytes(), "api_key")
+        let key = Params::form_value(request.query, "api_key")
             .map_err(|_| IntakeError::MalformedQuery)?
             .ok_or(IntakeError::InvalidApiKey)?;
         let KeyOwner { account, key_id } = self.api_key_owner(&key).await?;
