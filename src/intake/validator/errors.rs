@@ -577,6 +577,18 @@ mod tests {
     }
 
     #[test]
+    fn the_list_is_given_whole_by_every_accessor() {
+        let body = br#"{"event_type":"SALE","event_family":"CDP","payload":{"email":1}}"#;
+        let errors = crate::validate_conversion(body, &[], &crate::ConversionLimits::default())
+            .expect_err("invalid");
+        assert!(errors.errors().len() >= 3, "{:?}", errors.errors());
+        let iterated: Vec<&FieldError> = (&errors).into_iter().collect();
+        assert_eq!(iterated, errors.errors().iter().collect::<Vec<_>>());
+        let listed = errors.errors().to_vec();
+        assert_eq!(errors.into_errors(), listed);
+    }
+
+    #[test]
     fn wire_names_are_screaming_snake_case() {
         assert_eq!(ErrorType::InvalidOption.as_str(), "INVALID_OPTION");
         assert_eq!(
