@@ -405,7 +405,7 @@ const MAX_FINITE_INTEGER_DIGITS: usize = 308;
 
 /// The position of the first `"`, `\` or control character at or after `at`,
 /// or the end of `bytes`.
-fn find_special(bytes: &[u8], mut at: usize) -> usize {
+pub(super) fn find_special(bytes: &[u8], mut at: usize) -> usize {
     // Eight bytes at a time (Mycroft's zero-byte test, as serde_json does):
     // the lowest flagged byte of a word is always a true match.
     const ONES: u64 = u64::MAX / 255;

@@ -13,6 +13,7 @@
 use smallvec::SmallVec;
 
 use super::event::ConversionEvent;
+use super::lexer::find_special;
 use super::member_order;
 use super::tags::Tags;
 use super::vocabulary::{FIELD_NAMES, Field, STRING_FIELDS};
@@ -162,7 +163,9 @@ impl Payload {
 fn write_string(out: &mut String, text: &str) {
     out.push('"');
     let bytes = text.as_bytes();
-    let clean = clean_prefix(bytes);
+    // The lexer's scan for the end of a string finds the first byte to
+    // escape: exactly the bytes a JSON string cannot hold raw.
+    let clean = find_special(bytes, 0);
     if clean == bytes.len() {
         // The common case: nothing to escape, one copy.
         out.push_str(text);
@@ -195,52 +198,6 @@ fn write_string(out: &mut String, text: &str) {
     }
     out.push_str(text.get(copied..).unwrap_or_default());
     out.push('"');
-}
-
-/// How many bytes `bytes` starts with, in whole words of eight, before a
-/// word that holds a byte to escape: all of them when none does.
-fn clean_prefix(bytes: &[u8]) -> usize {
-    let word = |eight: &[u8]| u64::from_le_bytes(eight.try_into().unwrap_or_default());
-    if bytes.len() < 8 {
-        // Padded with a byte that needs no escape.
-        let mut padded = [b' '; 8];
-        for (slot, &byte) in padded.iter_mut().zip(bytes) {
-            *slot = byte;
-        }
-        return if needs_escape(u64::from_le_bytes(padded)) {
-            0
-        } else {
-            bytes.len()
-        };
-    }
-    let mut words = bytes.chunks_exact(8);
-    let mut clean = 0;
-    for eight in words.by_ref() {
-        if needs_escape(word(eight)) {
-            return clean;
-        }
-        clean += 8;
-    }
-    // The last eight bytes, overlapping the words already read, hold the
-    // rest.
-    match bytes.get(bytes.len() - 8..) {
-        Some(last) if words.remainder().is_empty() || !needs_escape(word(last)) => bytes.len(),
-        _ => clean,
-    }
-}
-
-/// Whether any of the eight bytes of `word` is below 0x20, `"` or `\`
-/// (the bit tricks of "Bit Twiddling Hacks", *Determine if a word has a
-/// byte less than n* and *has a zero byte*: exact for the question "any?").
-fn needs_escape(word: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let below_space = word.wrapping_sub(ONES * 0x20) & !word;
-    let quote = word ^ (ONES * u64::from(b'"'));
-    let quote = quote.wrapping_sub(ONES) & !quote;
-    let backslash = word ^ (ONES * u64::from(b'\\'));
-    let backslash = backslash.wrapping_sub(ONES) & !backslash;
-    (below_space | quote | backslash) & HIGHS != 0
 }
 
 #[cfg(test)]
@@ -279,13 +236,11 @@ mod tests {
     fn an_escape_is_found_at_every_place_of_strings_of_every_length() {
         for len in 0..=17 {
             let clean = "a".repeat(len);
-            assert_eq!(clean_prefix(clean.as_bytes()), len);
             assert_eq!(written(&clean), format!("\"{clean}\""));
             for place in 0..len {
                 for special in ['"', '\\', '\n', '\u{0}'] {
                     let mut text = clean.clone();
                     text.replace_range(place..=place, &special.to_string());
-                    assert!(clean_prefix(text.as_bytes()) <= place, "{text:?}");
                     let expected = serde_json::to_string(&text).expect("a string");
                     assert_eq!(written(&text), expected, "{text:?}");
                 }
@@ -297,26 +252,6 @@ mod tests {
     fn no_standard_name_needs_an_escape() {
         for name in FIELD_NAMES {
             assert_eq!(written(name), format!("\"{name}\""));
-        }
-    }
-
-    #[test]
-    fn every_byte_that_needs_an_escape_is_found_in_every_lane() {
-        for lane in 0..8 {
-            for byte in 0u8..=0xFF {
-                let mut word = [b'a'; 8];
-                word[lane] = byte;
-                let expected = byte < 0x20 || byte == b'"' || byte == b'\\';
-                assert_eq!(
-                    needs_escape(u64::from_le_bytes(word)),
-                    expected,
-                    "byte {byte:#x} in lane {lane}"
-                );
-            }
-        }
-        // Bytes just past the ranges, in every lane at once.
-        for byte in [0x20u8, b'"' + 1, b'"' - 1, b'\\' + 1, b'\\' - 1, 0x80, 0xFF] {
-            assert!(!needs_escape(u64::from_le_bytes([byte; 8])), "{byte:#x}");
         }
     }
 }
