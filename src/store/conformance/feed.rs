@@ -166,7 +166,7 @@ pub(super) async fn check_feed_under_concurrent_writers(
         })
         .collect();
     let reader = {
-        let feed = feed.clone();
+        let (feed, start) = (feed.clone(), start.clone());
         tokio::spawn(async move {
             let mut seen: Vec<Uuid> = Vec::new();
             let mut cursor = start;
@@ -187,9 +187,48 @@ pub(super) async fn check_feed_under_concurrent_writers(
             seen
         })
     };
+    // A consumer that passes events by with `skip_after` while they
+    // commit; each of its steps is read again once the writers are done.
+    let skipper = {
+        let feed = feed.clone();
+        tokio::spawn(async move {
+            let mut steps = Vec::new();
+            let (mut cursor, mut skipped) = (start, 0);
+            let deadline = std::time::Instant::now() + SETTLE * 3;
+            while skipped < WRITERS * EACH && std::time::Instant::now() < deadline {
+                let (next, passed) = feed.skip_after(&cursor, 5).await.expect("skip_after");
+                assert!(passed <= 5, "skip_after: at most `limit` events");
+                if passed == 0 {
+                    assert_eq!(next, cursor, "nothing passed keeps the cursor");
+                    tokio::time::sleep(StdDuration::from_millis(2)).await;
+                    continue;
+                }
+                skipped += passed;
+                steps.push((cursor, passed, next.clone()));
+                cursor = next;
+            }
+            (steps, skipped)
+        })
+    };
     let mut acknowledged = HashSet::new();
     for writer in writers {
         acknowledged.extend(writer.await.expect("a writer"));
+    }
+    let (steps, skipped) = skipper.await.expect("the skipper");
+    assert!(
+        skipped >= acknowledged.len(),
+        "skip_after passed {skipped} events of at least {}",
+        acknowledged.len()
+    );
+    // Were an event to commit behind a skip's cursor, reading the step
+    // again would give it, and stop short of that cursor.
+    for (from, passed, next) in &steps {
+        let page = feed.read_after(from, *passed).await.expect("read_after");
+        assert_eq!(
+            (&page.next, page.events.len()),
+            (next, *passed),
+            "a step of skip_after, read again, passes the same events"
+        );
     }
     let seen = reader.await.expect("the reader");
     let distinct: HashSet<_> = seen.iter().copied().collect();
