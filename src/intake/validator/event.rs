@@ -6,10 +6,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
-use crate::records::event::EventPayload;
-
 use super::json_path::JsonPath;
-use super::payload_text::payload_text;
 use super::tags::Tags;
 use super::text_span::{EventText, TextSpan};
 use super::unknown::DroppedAttributes;
@@ -287,14 +284,6 @@ impl<'a> ConversionEvent<'a> {
     /// that list was cut at 100.
     pub fn unknown_attribute_count(&self) -> usize {
         self.dropped.count
-    }
-
-    /// The normalized payload to record, as [`ConversionEvent::to_payload_json`]
-    /// gives it, written straight to its JSON text: members in the same
-    /// (sorted) order, the same compact form, without building a
-    /// [`Value`] first.
-    pub fn to_payload(&self) -> EventPayload {
-        EventPayload::from_written_json(payload_text(self))
     }
 
     /// The normalized payload to record: the standard fields sent (without the

@@ -12,14 +12,28 @@
 
 use smallvec::SmallVec;
 
+use crate::records::event::EventPayload;
+
 use super::event::ConversionEvent;
 use super::lexer::find_special;
 use super::member_order;
 use super::tags::Tags;
 use super::vocabulary::{FIELD_NAMES, Field, STRING_FIELDS};
 
+// Here rather than in `event.rs`, so that this module imports the event
+// and not the other way round.
+impl ConversionEvent<'_> {
+    /// The normalized payload to record, as [`ConversionEvent::to_payload_json`]
+    /// gives it, written straight to its JSON text: members in the same
+    /// (sorted) order, the same compact form, without building a
+    /// [`Value`](serde_json::Value) first.
+    pub fn to_payload(&self) -> EventPayload {
+        EventPayload::from_written_json(payload_text(self))
+    }
+}
+
 /// The payload of `event` as JSON text.
-pub(super) fn payload_text(event: &ConversionEvent<'_>) -> String {
+fn payload_text(event: &ConversionEvent<'_>) -> String {
     let mut payload = Payload {
         out: String::with_capacity(size_hint(event)),
         first: true,
