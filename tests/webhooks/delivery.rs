@@ -73,19 +73,9 @@ async fn event_identifiers_filter_and_earlier_conversions_are_not_delivered() {
     t.convert("a@example.com", "demo").await;
     t.convert("b@example.com", "newsletter").await;
     t.gateway().run_webhooks_once().await.unwrap();
-    let filtered: Vec<String> = t
-        .receiver
-        .bodies_to(URL)
-        .iter()
-        .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
-        .collect();
+    let filtered = t.receiver.emails_to(URL);
     assert_eq!(filtered, ["a@example.com"]);
-    let everything: Vec<String> = t
-        .receiver
-        .bodies_to(all["url"].as_str().unwrap())
-        .iter()
-        .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
-        .collect();
+    let everything = t.receiver.emails_to(all["url"].as_str().unwrap());
     assert_eq!(everything, ["a@example.com", "b@example.com"]);
 }
 
@@ -141,12 +131,7 @@ async fn without_a_webhook_the_dispatcher_passes_conversions_by_unread() {
     let round = t.gateway().run_webhooks_once().await.unwrap();
     assert_eq!(round.events_dispatched, 1);
     assert_eq!(feed.events_read.load(Ordering::SeqCst), 1);
-    let delivered: Vec<String> = t
-        .receiver
-        .bodies_to(URL)
-        .iter()
-        .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
-        .collect();
+    let delivered = t.receiver.emails_to(URL);
     assert_eq!(delivered, ["later@example.com"]);
 }
 
@@ -172,12 +157,7 @@ async fn a_batch_is_one_delivery_per_contact() {
         .await
         .unwrap();
     t.gateway().run_webhooks_once().await.unwrap();
-    let emails: Vec<String> = t
-        .receiver
-        .bodies_to(URL)
-        .iter()
-        .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
-        .collect();
+    let emails = t.receiver.emails_to(URL);
     assert_eq!(
         emails,
         ["one@example.com", "two@example.com", "three@example.com"]

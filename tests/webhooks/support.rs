@@ -68,6 +68,14 @@ impl Receiver {
             .collect()
     }
 
+    /// The contacts' e-mails of the deliveries sent to `url`, in order.
+    pub fn emails_to(&self, url: &str) -> Vec<String> {
+        self.bodies_to(url)
+            .iter()
+            .map(|body| body["contact"]["email"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
     pub fn clear(&self) {
         self.sent.lock().unwrap().clear();
     }
