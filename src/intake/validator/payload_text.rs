@@ -262,6 +262,41 @@ mod tests {
         }
     }
 
+    /// The text is allocated once, at about its size: the hint is never
+    /// short (the text would grow, copied) and never far over.
+    #[test]
+    fn the_text_is_allocated_once_at_about_its_size() {
+        let custom = [
+            "plan",
+            "company_size",
+            "industry",
+            "lead_source_detail",
+            "preferred_contact_time",
+            "segment",
+            "score",
+        ];
+        let bodies: [&[u8]; 4] = [
+            include_bytes!("../../../benches/data/minimal.json"),
+            include_bytes!("../../../benches/data/typical.json"),
+            include_bytes!("../../../benches/data/full.json"),
+            br#"{"event_type":"CONVERSION","event_family":"CDP","payload":{
+                "conversion_identifier":"x","email":"a@example.com","legal_bases":[]}}"#,
+        ];
+        for body in bodies {
+            let limits = crate::ConversionLimits::default();
+            let event = crate::validate_conversion(body, &custom, &limits).expect("valid");
+            let hint = size_hint(&event);
+            let text = payload_text(&event);
+            assert_eq!(text.capacity(), hint, "allocated once: {text}");
+            let slack = 32 + 16 + 8 + 72 * event.legal_bases.len();
+            assert!(
+                (text.len()..=text.len() + slack).contains(&hint),
+                "hint {hint} for {} bytes: {text}",
+                text.len()
+            );
+        }
+    }
+
     #[test]
     fn no_standard_name_needs_an_escape() {
         for name in FIELD_NAMES {
