@@ -199,8 +199,8 @@ impl GatewayMetrics {
 
     /// Counts a request of `endpoint` that ended as `outcome`.
     pub(crate) fn request(&self, endpoint: &'static str, outcome: Outcome) {
-        let counter = index_of(&ENDPOINTS, endpoint)
-            .and_then(|endpoint| self.requests.get(endpoint)?.get(outcome as usize));
+        let counter = labelled(&self.requests, &ENDPOINTS, endpoint)
+            .and_then(|by_outcome| by_outcome.get(outcome as usize));
         if let Some(counter) = counter {
             counter.increment(1);
         }
@@ -208,9 +208,7 @@ impl GatewayMetrics {
 
     /// Counts `count` events recorded through `endpoint`.
     pub(crate) fn events_recorded(&self, endpoint: &'static str, count: usize, batch: bool) {
-        if let Some(counter) =
-            index_of(&EVENT_ENDPOINTS, endpoint).and_then(|index| self.events_recorded.get(index))
-        {
+        if let Some(counter) = labelled(&self.events_recorded, &EVENT_ENDPOINTS, endpoint) {
             counter.increment(u64::try_from(count).unwrap_or(u64::MAX));
         }
         if batch {
@@ -237,18 +235,14 @@ impl GatewayMetrics {
 
     /// Counts a token response of `grant_type`.
     pub(crate) fn token_issued(&self, grant_type: &'static str) {
-        if let Some(counter) =
-            index_of(&GRANT_TYPES, grant_type).and_then(|index| self.tokens_issued.get(index))
-        {
+        if let Some(counter) = labelled(&self.tokens_issued, &GRANT_TYPES, grant_type) {
             counter.increment(1);
         }
     }
 
     /// Counts a refresh that ended as `outcome`.
     pub(crate) fn refresh(&self, outcome: &'static str) {
-        if let Some(counter) =
-            index_of(&REFRESH_OUTCOMES, outcome).and_then(|index| self.refreshes.get(index))
-        {
+        if let Some(counter) = labelled(&self.refreshes, &REFRESH_OUTCOMES, outcome) {
             counter.increment(1);
         }
     }
@@ -265,12 +259,16 @@ impl fmt::Debug for GatewayMetrics {
     }
 }
 
-/// Where `label` is in `labels`; every label a caller passes is one of
-/// them (checked in debug builds).
-fn index_of(labels: &[&'static str], label: &'static str) -> Option<usize> {
+/// The handle of `label` among `handles`, kept in the order of `labels`;
+/// every label a caller passes is one of them (checked in debug builds).
+fn labelled<'m, T>(
+    handles: &'m [T],
+    labels: &[&'static str],
+    label: &'static str,
+) -> Option<&'m T> {
     let index = labels.iter().position(|known| *known == label);
     debug_assert!(index.is_some(), "unregistered {label}");
-    index
+    handles.get(index?)
 }
 
 /// Times a store operation: call [`StoreTimer::done`] when it returns.

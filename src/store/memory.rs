@@ -595,17 +595,9 @@ struct EventState {
 #[async_trait]
 impl EventFeed for MemoryEventSink {
     async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
-        let start = usize::try_from(position(cursor, "mem")?).unwrap_or(usize::MAX);
         let state = lock(&self.state);
-        let start = start.min(state.events.len());
-        let end = start.saturating_add(limit).min(state.events.len());
-        let events = state.events.range(start, end);
-        let next = if end == start {
-            cursor.clone()
-        } else {
-            FeedCursor::new(format!("mem:{end}"))
-        };
-        Ok(FeedPage::new(events, next))
+        let (start, end, next) = feed_page(cursor, limit, state.events.len())?;
+        Ok(FeedPage::new(state.events.range(start, end), next))
     }
 
     async fn skip_after(
@@ -613,17 +605,28 @@ impl EventFeed for MemoryEventSink {
         cursor: &FeedCursor,
         limit: usize,
     ) -> Result<(FeedCursor, usize), StoreError> {
-        let start = usize::try_from(position(cursor, "mem")?).unwrap_or(usize::MAX);
         let recorded = lock(&self.state).events.len();
-        let start = start.min(recorded);
-        let end = start.saturating_add(limit).min(recorded);
-        let next = if end == start {
-            cursor.clone()
-        } else {
-            FeedCursor::new(format!("mem:{end}"))
-        };
+        let (start, end, next) = feed_page(cursor, limit, recorded)?;
         Ok((next, end - start))
     }
+}
+
+/// The positions of the page of at most `limit` events after `cursor`,
+/// `recorded` being recorded, and the cursor after it.
+fn feed_page(
+    cursor: &FeedCursor,
+    limit: usize,
+    recorded: usize,
+) -> Result<(usize, usize, FeedCursor), StoreError> {
+    let start = usize::try_from(position(cursor, "mem")?).unwrap_or(usize::MAX);
+    let start = start.min(recorded);
+    let end = start.saturating_add(limit).min(recorded);
+    let next = if end == start {
+        cursor.clone()
+    } else {
+        FeedCursor::new(format!("mem:{end}"))
+    };
+    Ok((start, end, next))
 }
 
 /// [`EventSink`] in memory.

@@ -123,7 +123,7 @@ impl<'a> ConversionEvent<'a> {
     }
 
     /// The standard string fields sent, as (name, value), in [`Field`] order.
-    fn standard_strings(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
+    pub(super) fn standard_strings(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
         (0..STRING_FIELDS)
             .filter_map(|index| Some((*FIELD_NAMES.get(index)?, self.string_at(index)?)))
     }

@@ -64,8 +64,9 @@ fn payload_text(event: &ConversionEvent<'_>) -> String {
 fn size_hint(event: &ConversionEvent<'_>) -> usize {
     // Each member: its name, its value, two pairs of quotes, `:` and `,`.
     let member = |name: &str, value: &str| name.len() + value.len() + 6;
-    let standard: usize = (0..STRING_FIELDS)
-        .filter_map(|index| Some(member(FIELD_NAMES.get(index)?, event.string_at(index)?)))
+    let standard: usize = event
+        .standard_strings()
+        .map(|(name, value)| member(name, value))
         .sum();
     let custom: usize = event
         .custom_members()
