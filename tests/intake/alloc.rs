@@ -46,11 +46,17 @@ fn validation_allocates_nothing_for_valid_events_and_little_for_invalid_ones() {
         let _ = validate_conversion(body, CUSTOM_FIELDS, &limits);
     }
 
-    for (name, body) in [("minimal", MINIMAL), ("typical", TYPICAL), ("full", FULL)] {
+    // The full body's custom fields and legal bases are kept in one block
+    // of their own (the event stays small to move); nothing else allocates.
+    for (name, body, blocks) in [
+        ("minimal", MINIMAL, 0),
+        ("typical", TYPICAL, 0),
+        ("full", FULL, 1),
+    ] {
         let (validating, result) =
             allocations_during(|| validate_conversion(body, CUSTOM_FIELDS, &limits));
         let event = result.unwrap_or_else(|errors| panic!("{name} must be valid: {errors}"));
-        assert_eq!(validating, 0, "{name}: allocations while validating");
+        assert_eq!(validating, blocks, "{name}: allocations while validating");
         // Reading the event back allocates nothing either (no escapes in it).
         let (reading, tags) = allocations_during(|| {
             let tags = event.tags().count();
@@ -72,7 +78,8 @@ fn validation_allocates_nothing_for_valid_events_and_little_for_invalid_ones() {
     );
     println!("invalid (3 errors): {allocations} allocations");
 
-    // A batch allocates its vector of events, and nothing per event.
+    // A batch allocates its vector of events, and per event only the full
+    // one's block.
     let batch = [&b"["[..], TYPICAL, b",", FULL, b",", MINIMAL, b"]"].concat();
     let (allocations, result) =
         allocations_during(|| validate_batch(&batch, CUSTOM_FIELDS, &limits));

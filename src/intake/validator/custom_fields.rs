@@ -36,7 +36,7 @@ pub(super) fn read_other_payload_member<'a>(
             name,
             Scope::Payload,
             3,
-            &mut event.dropped,
+            &mut event.extras,
             &mut event.text,
         );
     };

@@ -76,7 +76,7 @@ pub(super) fn read_event<'a>(
                 name,
                 Scope::Event,
                 2,
-                &mut event.dropped,
+                &mut event.extras,
                 &mut event.text,
             )?;
             continue;

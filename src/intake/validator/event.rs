@@ -4,12 +4,12 @@
 use std::borrow::Cow;
 
 use serde_json::{Map, Value};
-use smallvec::SmallVec;
 
+use super::dropped::Dropped;
+use super::extras::EventExtras;
 use super::json_path::JsonPath;
 use super::tags::Tags;
 use super::text_span::{EventText, TextSpan};
-use super::unknown::DroppedAttributes;
 use super::vocabulary::{
     CUSTOM_PREFIX, EventFamily, EventType, FIELD_NAMES, Field, LegalBasis, STRING_FIELDS, Scope,
 };
@@ -34,14 +34,11 @@ pub struct ConversionEvent<'a> {
     pub(super) available_for_mailing: Option<bool>,
     /// Whether `legal_bases` was sent (as an array), even empty.
     pub(super) legal_bases_present: bool,
-    /// The legal bases sent, in order.
-    pub(super) legal_bases: SmallVec<[LegalBasis; 16]>,
-    /// Custom fields as (full key with its `cf_` prefix, value).
-    pub(super) custom: SmallVec<[(TextSpan, TextSpan); 8]>,
-    /// The attributes accepted and dropped.
-    pub(super) dropped: DroppedAttributes,
     /// Whether `traffic_source` holds the traffic-source cookie.
     pub(super) traffic_source_is_cookie: bool,
+    /// The legal bases, custom fields and dropped attributes, once the
+    /// event has any.
+    pub(super) extras: Option<Box<EventExtras>>,
 }
 
 // By what the event says, not where its strings sit: two events read from
@@ -53,10 +50,10 @@ impl PartialEq for ConversionEvent<'_> {
             && self.tags().eq(other.tags())
             && self.available_for_mailing == other.available_for_mailing
             && self.legal_bases_present == other.legal_bases_present
-            && self.legal_bases == other.legal_bases
+            && self.legal_bases().eq(other.legal_bases())
             && self.custom_members().eq(other.custom_members())
             && self.dropped_members().eq(other.dropped_members())
-            && self.dropped.count == other.dropped.count
+            && self.unknown_attribute_count() == other.unknown_attribute_count()
             && self.traffic_source_is_cookie == other.traffic_source_is_cookie
     }
 }
@@ -69,15 +66,16 @@ impl std::fmt::Debug for ConversionEvent<'_> {
         let custom: Vec<(&str, &str)> = self.custom_members().collect();
         let dropped: Vec<(Scope, &str)> = self.dropped_members().collect();
         let tags: Option<Vec<Cow<'_, str>>> = self.tags.map(|_| self.tags().collect());
+        let legal_bases: Vec<LegalBasis> = self.legal_bases().collect();
         f.debug_struct("ConversionEvent")
             .field("strings", &strings)
             .field("tags", &tags)
             .field("available_for_mailing", &self.available_for_mailing)
             .field("legal_bases_present", &self.legal_bases_present)
-            .field("legal_bases", &self.legal_bases)
+            .field("legal_bases", &legal_bases)
             .field("custom", &custom)
             .field("dropped", &dropped)
-            .field("dropped_count", &self.dropped.count)
+            .field("dropped_count", &self.unknown_attribute_count())
             .field("traffic_source_is_cookie", &self.traffic_source_is_cookie)
             .finish()
     }
@@ -104,10 +102,8 @@ impl<'a> ConversionEvent<'a> {
             tags: None,
             available_for_mailing: None,
             legal_bases_present: false,
-            legal_bases: SmallVec::new(),
-            custom: SmallVec::new(),
-            dropped: DroppedAttributes::default(),
             traffic_source_is_cookie: false,
+            extras: None,
         }
     }
 
@@ -130,7 +126,31 @@ impl<'a> ConversionEvent<'a> {
 
     /// The attributes dropped and listed, as (object, name).
     fn dropped_members(&self) -> impl Iterator<Item = (Scope, &str)> + '_ {
-        (self.dropped.listed.iter()).map(|dropped| (dropped.scope, self.text.get(dropped.name)))
+        (self.dropped_listed().iter()).map(|dropped| (dropped.scope, self.text.get(dropped.name)))
+    }
+
+    /// The attributes dropped and listed, as kept.
+    fn dropped_listed(&self) -> &[Dropped] {
+        self.extras
+            .as_ref()
+            .map_or(&[], |extras| &extras.dropped.listed)
+    }
+
+    /// The custom fields sent, as kept.
+    fn custom_spans(&self) -> &[(TextSpan, TextSpan)] {
+        self.extras.as_ref().map_or(&[], |extras| &extras.custom)
+    }
+
+    /// The legal bases sent, as kept.
+    pub(super) fn legal_bases_read(&self) -> &[LegalBasis] {
+        self.extras
+            .as_ref()
+            .map_or(&[], |extras| &extras.legal_bases)
+    }
+
+    /// Keeps a legal basis read, after those already kept.
+    pub(super) fn push_legal_basis(&mut self, basis: LegalBasis) {
+        EventExtras::of(&mut self.extras).legal_bases.push(basis);
     }
 
     /// Keeps `value` as the standard string `field`.
@@ -145,12 +165,12 @@ impl<'a> ConversionEvent<'a> {
     pub(super) fn push_custom(&mut self, name: Cow<'a, str>, value: Cow<'a, str>) {
         let name = self.text.keep(name);
         let value = self.text.keep(value);
-        self.custom.push((name, value));
+        EventExtras::of(&mut self.extras).custom.push((name, value));
     }
 
     /// The custom fields sent, as (name with the `cf_` prefix, value).
     pub(super) fn custom_members(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
-        self.custom
+        self.custom_spans()
             .iter()
             .map(|(name, value)| (self.text.get(*name), self.text.get(*value)))
     }
@@ -235,7 +255,7 @@ impl<'a> ConversionEvent<'a> {
 
     /// `legal_bases`, in order. Empty when absent.
     pub fn legal_bases(&self) -> impl ExactSizeIterator<Item = LegalBasis> + '_ {
-        self.legal_bases.iter().copied()
+        self.legal_bases_read().iter().copied()
     }
 
     /// The custom fields sent, as (name without the `cf_` prefix, value), in
@@ -265,7 +285,7 @@ impl<'a> ConversionEvent<'a> {
     /// rendered escaped (`$.payload['a\u0000b']`), so a path is always safe
     /// to log or to send.
     pub fn unknown_attributes(&self) -> impl ExactSizeIterator<Item = JsonPath<'_>> + '_ {
-        self.dropped.listed.iter().map(|dropped| {
+        self.dropped_listed().iter().map(|dropped| {
             let name = self.text.get(dropped.name);
             match dropped.scope {
                 Scope::Event => JsonPath::root().key(name),
@@ -283,7 +303,9 @@ impl<'a> ConversionEvent<'a> {
     /// at least [`ConversionEvent::unknown_attributes`]'s length, more when
     /// that list was cut at 100.
     pub fn unknown_attribute_count(&self) -> usize {
-        self.dropped.count
+        self.extras
+            .as_ref()
+            .map_or(0, |extras| extras.dropped.count)
     }
 
     /// The normalized payload to record: the standard fields sent (without the
@@ -310,8 +332,7 @@ impl<'a> ConversionEvent<'a> {
         }
         if self.legal_bases_present {
             let bases = self
-                .legal_bases
-                .iter()
+                .legal_bases()
                 .map(|basis| {
                     let mut object = Map::new();
                     object.insert("category".to_owned(), basis.category.as_str().into());

@@ -67,7 +67,7 @@ pub(super) fn read_legal_bases<'a>(
             lexer.skip_value(4)?;
         } else if lexer.peek_value() == Some(b'{') {
             if let Some(basis) = read_legal_basis(lexer, ctx, event, index)? {
-                event.legal_bases.push(basis);
+                event.push_legal_basis(basis);
             }
         } else {
             lexer.skip_value(4)?;
@@ -103,7 +103,7 @@ fn read_legal_basis<'a>(
                 name,
                 scope,
                 5,
-                &mut event.dropped,
+                &mut event.extras,
                 &mut event.text,
             )?;
             continue;

@@ -61,9 +61,11 @@
 mod choice;
 mod context;
 mod custom_fields;
+mod dropped;
 mod envelope;
 pub(crate) mod errors;
 pub(crate) mod event;
+mod extras;
 pub(crate) mod json_path;
 mod legal_bases;
 mod lexer;

@@ -79,7 +79,7 @@ fn size_hint(event: &ConversionEvent<'_>) -> usize {
     let flag = event.available_for_mailing.map_or(0, |_| 30);
     // `"legal_bases":[]`, a `,`, and at most 72 bytes a basis.
     let legal_bases = if event.legal_bases_present {
-        17 + event.legal_bases.len() * 72
+        17 + event.legal_bases_read().len() * 72
     } else {
         0
     };
@@ -164,7 +164,7 @@ impl Payload {
     fn legal_bases(&mut self, event: &ConversionEvent<'_>) {
         let out = &mut self.out;
         out.push('[');
-        for (index, basis) in event.legal_bases.iter().enumerate() {
+        for (index, basis) in event.legal_bases_read().iter().enumerate() {
             if index > 0 {
                 out.push(',');
             }
@@ -302,7 +302,7 @@ mod tests {
             assert_eq!(text.capacity(), hint, "allocated once: {text}");
             // The first member has no `,`, `true` is shorter than `false`,
             // and a legal basis may take less than the most.
-            let slack = 2 + 72 * event.legal_bases.len();
+            let slack = 2 + 72 * event.legal_bases_read().len();
             assert!(
                 (text.len()..=text.len() + slack).contains(&hint),
                 "hint {hint} for {} bytes: {text}",

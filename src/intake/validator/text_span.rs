@@ -4,10 +4,11 @@
 //! A `Cow<str>` is 24 bytes, and an event holds over thirty of them (every
 //! standard field, every custom field's name and value, the names of dropped
 //! attributes): 1,144 bytes in all, which every move of the event copied and
-//! every drop walked. A span is 8 bytes, and the event 528: validating a
-//! minimal event under the validator bench took a fifth less time for it,
-//! the typical, full and invalid ones 6 to 7% less (side by side,
-//! benches/README.md, "Validation").
+//! every drop walked. A span is 8 bytes, and the event was then 528 (240
+//! since its rarer parts moved to `extras`): validating a minimal event
+//! under the validator bench took a fifth less time for it, the typical,
+//! full and invalid ones 6 to 7% less (side by side, benches/README.md,
+//! "Validation").
 
 use std::borrow::Cow;
 

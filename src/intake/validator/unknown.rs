@@ -9,58 +9,18 @@
 
 use std::borrow::Cow;
 
-use smallvec::SmallVec;
-
 use super::context::Ctx;
+use super::dropped::{DroppedAttributes, MAX_LISTED_UNKNOWN};
 use super::errors::{ErrorType, ValidationRules};
+use super::extras::EventExtras;
 use super::lexer::{Lexer, Scan};
 use super::limits::UnknownAttributes;
-use super::text_span::{EventText, TextSpan};
+use super::text_span::EventText;
 use super::vocabulary::Scope;
 
 /// Dropped attributes an event may have before their names are hashed
 /// rather than searched.
 const LINEAR_DROPPED: usize = 8;
-
-/// One attribute accepted and dropped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Dropped {
-    /// The object it sat in.
-    pub(super) scope: Scope,
-    /// Its member name, unescaped, in the event's text.
-    pub(super) name: TextSpan,
-}
-
-/// Most dropped attributes an event lists; the others are only counted.
-const MAX_LISTED_UNKNOWN: usize = 100;
-
-/// The attributes accepted and dropped from one event, once per place: the
-/// first [`MAX_LISTED_UNKNOWN`] listed in document order, all of them counted.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct DroppedAttributes {
-    /// The first [`MAX_LISTED_UNKNOWN`], in document order.
-    pub(super) listed: SmallVec<[Dropped; 4]>,
-    /// How many there were, listed or not.
-    pub(super) count: usize,
-}
-
-impl DroppedAttributes {
-    /// Adds an attribute not dropped before, its name kept in `text`.
-    fn push<'a>(&mut self, text: &mut EventText<'a>, scope: Scope, name: Cow<'a, str>) {
-        self.count += 1;
-        if self.listed.len() < MAX_LISTED_UNKNOWN {
-            let name = text.keep(name);
-            self.listed.push(Dropped { scope, name });
-        }
-    }
-
-    /// Whether the list holds `name` in `scope`.
-    fn lists(&self, text: &EventText<'_>, scope: Scope, name: &str) -> bool {
-        self.listed
-            .iter()
-            .any(|dropped| dropped.scope == scope && text.get(dropped.name) == name)
-    }
-}
 
 /// Reads the value of an attribute that is neither standard nor custom,
 /// and applies the unknown-attribute policy to it; `depth` is the depth
@@ -71,7 +31,7 @@ pub(super) fn read_unknown_attribute<'a>(
     name: Cow<'a, str>,
     scope: Scope,
     depth: usize,
-    dropped: &mut DroppedAttributes,
+    extras: &mut Option<Box<EventExtras>>,
     text: &mut EventText<'a>,
 ) -> Scan<()> {
     let deepest = lexer.skip_value(depth)?;
@@ -88,6 +48,7 @@ pub(super) fn read_unknown_attribute<'a>(
                     Some(ValidationRules::MaxDepth(max)),
                 );
             } else {
+                let dropped = &mut EventExtras::of(extras).dropped;
                 drop_attribute(ctx, scope, name, dropped, text);
             }
         }
