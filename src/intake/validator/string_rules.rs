@@ -100,6 +100,10 @@ mod tests {
             "first.last+tag@example.com.br",
             "jose.silva@exemplo.com",
             "ünïcode@exämple.org",
+            "x@a.b",
+            "a..b@c.d",
+            ".a@b.c",
+            "a!#$%&'*+/=?^_`{|}~-@b.c",
         ] {
             assert!(is_plausible_email(ok), "{ok}");
         }
@@ -122,6 +126,15 @@ mod tests {
             "a@example..com",
             "a@.example.com",
             "a@example.com.",
+            "a@.",
+            "a@..",
+            "a@b.",
+            "a@b..c",
+            "a@b.c@d.e",
+            "a@b.c\u{7f}",
+            "a\u{7f}@b.c",
+            "a@b.c ",
+            "\u{0}a@b.c",
             "a\u{7}@example.com",
             "a\u{a0}b@example.com",
             "a@exa\u{3000}mple.com",
@@ -133,6 +146,15 @@ mod tests {
     }
 
     #[test]
+    fn email_bounds_are_inclusive() {
+        let local_64 = format!("{}@example.com", "a".repeat(64));
+        assert!(is_plausible_email(&local_64));
+        let total_254 = format!("a@{}.com", "b".repeat(248));
+        assert_eq!(total_254.len(), 254);
+        assert!(is_plausible_email(&total_254));
+    }
+
+    #[test]
     fn uuid_shape_is_8_4_4_4_12_hex() {
         assert!(is_uuid_shaped("6ba7b810-9dad-11d1-80b4-00c04fd430c8"));
         assert!(is_uuid_shaped("6BA7B810-9DAD-11D1-80B4-00C04FD430C8"));
@@ -141,6 +163,21 @@ mod tests {
         assert!(!is_uuid_shaped("6ba7b810-9dad-11d1-80b400-c04fd430c8"));
         assert!(!is_uuid_shaped(" 6ba7b810-9dad-11d1-80b4-00c04fd430c8"));
         assert!(!is_uuid_shaped("é6ba7b810-9dad-11d1-80b4-00c04fd430"));
+        let valid = "6ba7b810-9dad-11d1-80b4-00c04fd430c8";
+        // Every place: a dash where a digit goes, a digit where a dash goes,
+        // a letter past `f`.
+        for index in 0..valid.len() {
+            let dash = matches!(index, 8 | 13 | 18 | 23);
+            for replacement in ["-", "0", "g", "G", "/", ":", "@", "`"] {
+                let mut changed = valid.to_owned();
+                changed.replace_range(index..=index, replacement);
+                let hex = replacement == "0";
+                let expected = if dash { replacement == "-" } else { hex };
+                assert_eq!(is_uuid_shaped(&changed), expected, "{changed}");
+            }
+        }
+        assert!(!is_uuid_shaped(&valid[1..]));
+        assert!(!is_uuid_shaped(&format!("{valid}0")));
     }
 
     #[test]
