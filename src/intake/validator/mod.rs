@@ -6,8 +6,10 @@
 //! fields, custom `cf_` fields, legal bases, lowercase unique tags) in one
 //! pass over the bytes,
 //! without I/O, clock or store. A valid event borrows its strings from the body,
-//! so validating a typical event allocates nothing; an invalid one costs about
-//! one allocation per error, and every error is reported, not only the first.
+//! so validating a typical event allocates nothing (an event with custom
+//! fields, legal bases or dropped attributes makes one block for them,
+//! `extras`); an invalid one costs about one allocation per error, and
+//! every error is reported, not only the first.
 //!
 //! # The flow
 //!
@@ -48,7 +50,9 @@
 //! Strings are `&str` slices of the body (`Cow::Owned` only when they hold
 //! escapes), `tags` is kept as its raw JSON text and read again lazily by the
 //! same lexer, and the few variable-length lists (legal bases, custom fields,
-//! dropped attribute names) live in inline `SmallVec`s.
+//! dropped attribute names) live in inline `SmallVec`s of one block
+//! (`extras`), made only for an event that has any, so the event itself
+//! stays small to move.
 //!
 //! Linear time whatever the body: every set the rules test membership of
 //! (dropped attribute names, tags, the account's custom fields, the custom
