@@ -47,3 +47,27 @@ impl DroppedAttributes {
             .any(|dropped| dropped.scope == scope && text.get(dropped.name) == name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_stops_at_its_bound_and_the_count_goes_on() {
+        // The bound is the list's own, whatever its callers check first.
+        let names: Vec<String> = (0..=MAX_LISTED_UNKNOWN).map(|i| format!("n{i}")).collect();
+        let mut text = EventText::new("");
+        let mut dropped = DroppedAttributes::default();
+        for name in &names {
+            dropped.push(&mut text, Scope::Payload, Cow::Borrowed(name));
+        }
+        assert_eq!(dropped.count, MAX_LISTED_UNKNOWN + 1);
+        assert_eq!(dropped.listed.len(), MAX_LISTED_UNKNOWN);
+        let last = dropped.listed.last().map(|listed| text.get(listed.name));
+        assert_eq!(last, Some(format!("n{}", MAX_LISTED_UNKNOWN - 1).as_str()));
+        assert!(dropped.lists(&text, Scope::Payload, "n0"));
+        assert!(!dropped.lists(&text, Scope::Event, "n0"));
+        let past_the_bound = format!("n{MAX_LISTED_UNKNOWN}");
+        assert!(!dropped.lists(&text, Scope::Payload, &past_the_bound));
+    }
+}
