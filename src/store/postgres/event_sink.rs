@@ -71,7 +71,11 @@ impl EventFeed for PgStore {
         const ACTION: &str = "skip events of the feed";
         let (tx, seq) = pg_position(cursor)?;
         // The page's positions only, the same rows `read_after` would read:
-        // the last one and how many.
+        // the last one and how many. The outer `ORDER BY` names the page's
+        // columns qualified: a bare `tx_id` there would be the output column
+        // `tx_id::text` (an `ORDER BY` name is matched against the output
+        // columns first), sorted as text, so that `9999` came after `10003`
+        // and a page across a power of ten ended at the wrong row.
         let last: Option<(String, i64, i64)> = sqlx::query_as(
             "WITH page AS (
                  SELECT tx_id, feed_seq FROM events
@@ -79,8 +83,8 @@ impl EventFeed for PgStore {
                    AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
                  ORDER BY tx_id, feed_seq
                  LIMIT $3)
-             SELECT tx_id::text, feed_seq, (SELECT count(*) FROM page)
-             FROM page ORDER BY tx_id DESC, feed_seq DESC LIMIT 1",
+             SELECT page.tx_id::text AS last_tx, page.feed_seq, (SELECT count(*) FROM page)
+             FROM page ORDER BY page.tx_id DESC, page.feed_seq DESC LIMIT 1",
         )
         .bind(tx.to_string())
         .bind(seq)
