@@ -458,11 +458,6 @@ impl ErrorCollector {
         }
     }
 
-    /// How many errors were found so far, kept or not.
-    pub(crate) fn found(&self) -> usize {
-        self.found
-    }
-
     /// Whether no error was found.
     pub(crate) fn is_empty(&self) -> bool {
         self.found == 0
@@ -677,6 +672,20 @@ mod tests {
         let many = collected(3, 10_000);
         assert_eq!(many.errors().len(), 4, "{}", many.to_body());
         assert_eq!(many.found(), 10_000);
+    }
+
+    #[test]
+    fn one_error_is_summed_up_alone() {
+        let one = collected(3, 1);
+        assert_eq!(
+            one.to_string(),
+            "the conversion event is invalid: name appears more than once"
+        );
+        let two = collected(3, 2);
+        assert_eq!(
+            two.to_string(),
+            "the conversion event is invalid: name appears more than once (and 1 more)"
+        );
     }
 
     #[test]

@@ -78,8 +78,8 @@ pub(super) fn read_legal_bases<'a>(
     Ok(Shaped::Right(()))
 }
 
-/// Reads one legal-basis object (at depth 4), its `{` next; `None` when it
-/// had errors.
+/// Reads one legal-basis object (at depth 4), its `{` next; `None` when its
+/// category or type is missing or not one of the options.
 fn read_legal_basis<'a>(
     lexer: &mut Lexer<'a>,
     ctx: &mut Ctx<'_, 'a>,
@@ -87,7 +87,6 @@ fn read_legal_basis<'a>(
     index: usize,
 ) -> Scan<Option<LegalBasis>> {
     lexer.open(b'{', 4)?;
-    let errors_before = ctx.errors.found();
     let mut seen = [false; 3];
     let mut sent = [false; 3];
     let (mut category, mut kind, mut status) = (None, None, None);
@@ -137,8 +136,11 @@ fn read_legal_basis<'a>(
             );
         }
     }
+    // A basis with other errors (a duplicate member, a missing status) is
+    // kept too: an event with any error is never returned, so keeping it
+    // changes no answer, and the check cost a count on every basis.
     Ok(match (category, kind) {
-        (Some(category), Some(kind)) if ctx.errors.found() == errors_before => Some(LegalBasis {
+        (Some(category), Some(kind)) => Some(LegalBasis {
             category,
             kind,
             status,
