@@ -164,13 +164,15 @@ fn is_label_name(name: &str) -> bool {
 
 impl fmt::Display for Label<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (position, segment) in self.0.iter().enumerate() {
-            match (segment.key(), segment) {
-                (Some(name), _) if position == 0 && is_label_name(name) => f.write_str(name)?,
-                (Some(_), _) if position == 0 => f.write_str("this field")?,
-                (Some(name), _) => write_key(f, name)?,
-                (None, Segment::Index(index)) => write!(f, "[{index}]")?,
-                (None, _) => {}
+        // The label starts at the innermost name (`JsonPath::label`), so
+        // only its first segment is a name; the others are indices.
+        for segment in self.0 {
+            match segment {
+                Segment::Index(index) => write!(f, "[{index}]")?,
+                named => match named.key() {
+                    Some(name) if is_label_name(name) => f.write_str(name)?,
+                    _ => f.write_str("this field")?,
+                },
             }
         }
         Ok(())
@@ -290,6 +292,17 @@ mod tests {
             odd.label().map(|l| l.to_string()).as_deref(),
             Some("this field")
         );
+        let label = |path: JsonPath<'_>| path.label().map(|l| l.to_string());
+        let basis = JsonPath::root()
+            .index(3)
+            .name("payload")
+            .name("legal_bases")
+            .index(0);
+        assert_eq!(label(basis).as_deref(), Some("legal_bases[0]"));
+        let nested = JsonPath::root().name("a").index(1).index(2);
+        assert_eq!(label(nested).as_deref(), Some("a[1][2]"));
+        let odd_item = JsonPath::root().key("Utm Content").index(0);
+        assert_eq!(label(odd_item).as_deref(), Some("this field[0]"));
     }
 
     #[test]
