@@ -201,7 +201,8 @@ fn write_key(f: &mut fmt::Formatter<'_>, name: &str) -> fmt::Result {
             '\n' => f.write_str("\\n")?,
             '\r' => f.write_str("\\r")?,
             '\t' => f.write_str("\\t")?,
-            c if c.is_control() && (c as u32) < 0x20 => write!(f, "\\u{:04x}", c as u32)?,
+            // The other C0 controls; DEL and the C1 controls are written as they are.
+            c if c < '\u{20}' => write!(f, "\\u{:04x}", c as u32)?,
             c => write!(f, "{c}")?,
         }
     }
@@ -277,6 +278,10 @@ mod tests {
         assert_eq!(path.to_string(), r"$.payload['it\'s a\\b\n']");
         let path = JsonPath::root().key("9lives").key("a.b").key("");
         assert_eq!(path.to_string(), "$['9lives']['a.b']['']");
+        // RFC 9535 section 2.7: only U+0000 to U+001F are escaped.
+        let path = JsonPath::root().key("\u{1}\u{1f} \u{7f}\u{85}");
+        assert_eq!(path.to_string(), "$['\\u0001\\u001f \u{7f}\u{85}']");
+        assert_eq!(format!("{path:?}"), format!("JsonPath({path})"));
     }
 
     #[test]
