@@ -78,8 +78,8 @@ pub(super) fn is_plausible_email(value: &str) -> bool {
         match EMAIL_BYTES[usize::from(byte)] {
             ORDINARY => label_len += 1,
             AT if at.is_none() => (at, label_len) = (Some(index), 0),
-            // Dots in the local part are the local part's business (and its
-            // length is not counted: the `@` starts the first label at 0).
+            // Dots in the local part are the local part's business; nothing
+            // to count either, as the `@` starts the first label at 0.
             DOT if at.is_none() => {}
             // A domain's labels are never empty.
             DOT if label_len > 0 => (label_len, dots) = (0, dots + 1),
