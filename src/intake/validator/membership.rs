@@ -310,6 +310,20 @@ mod tests {
         assert_eq!(hash(0xf0), 0xffff_ffff_ffff_ff0f);
     }
 
+    /// The table buckets a key by the SipHash kept beside it: were
+    /// `Hashed::hash` to write nothing, every key would share one bucket,
+    /// the same answers at a quadratic cost.
+    #[test]
+    fn a_hashed_key_is_bucketed_by_its_own_hash() {
+        for hash in [0, 7, 0xdead_beef, u64::MAX] {
+            assert_eq!(PassHash.hash_one(&Hashed { hash, key: "a" }), hash);
+        }
+        let set: HashedSet<&str> = ["a", "b"].into_iter().collect();
+        for key in &set.table {
+            assert_eq!(set.table.hasher().hash_one(key), set.keys.hash_one(key.key));
+        }
+    }
+
     #[test]
     fn custom_field_searches_stop_once_they_cost_a_few_passes() {
         let names: Vec<String> = (0..1000).map(|i| format!("f{i}")).collect();
