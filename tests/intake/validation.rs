@@ -505,6 +505,29 @@ fn tags_are_bounded_in_count_and_length() {
     let body = with_field("tags", json!(["ééééé"]));
     let outcome = validate_conversion(&body, &[], &limits);
     assert!(outcome.is_ok(), "{outcome:?}");
+    // The count is reported once, however many tags are over it, and the
+    // tags past it are not checked one by one.
+    let body = with_field("tags", json!(["a", "b", "c", "d", "e", "F", 7, "a"]));
+    assert_eq!(
+        kinds(&errors_with(&body, &limits)),
+        [("TOO_MANY_ITEMS", "$.payload.tags".to_owned())]
+    );
+}
+
+#[test]
+fn a_tag_of_the_wrong_type_still_counts_in_later_tags_places() {
+    let mut limits = limits();
+    limits.max_tags = 3;
+    let body = with_field("tags", json!([1, "A", null, "b", "c"]));
+    assert_eq!(
+        kinds(&errors_with(&body, &limits)),
+        [
+            ("INVALID_DATA_TYPE", "$.payload.tags[0]".to_owned()),
+            ("VALUES_MUST_BE_LOWERCASE", "$.payload.tags[1]".to_owned()),
+            ("INVALID_DATA_TYPE", "$.payload.tags[2]".to_owned()),
+            ("TOO_MANY_ITEMS", "$.payload.tags".to_owned()),
+        ]
+    );
 }
 
 #[test]
