@@ -107,6 +107,21 @@ mod tests {
         assert!(is_traffic_source_cookie("e30"));
     }
 
+    /// A cookie longer than the stack buffer holds (a host that raised
+    /// `max_traffic_source_len`) is decoded on the heap, not refused.
+    #[test]
+    fn a_cookie_longer_than_the_buffer_is_still_a_cookie() {
+        for len in [COOKIE_BUFFER - 40, COOKIE_BUFFER, 4 * COOKIE_BUFFER] {
+            let json = format!(r#"{{"first_session":{{"value":"{}"}}}}"#, "x".repeat(len));
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&json);
+            assert!(is_traffic_source_cookie(&encoded), "{len}");
+            assert!(
+                !is_traffic_source_cookie(&encoded[..encoded.len() - 8]),
+                "{len}"
+            );
+        }
+    }
+
     #[test]
     fn utm_sources_and_other_base64_are_not_cookies() {
         for value in [
