@@ -307,5 +307,12 @@ mod tests {
         for other in ["", "Email", "emails", "cf_email", "tag", "legal_basis"] {
             assert_eq!(Field::classify(other), None, "{other}");
         }
+        // A name of a field's length that is not its name: the dispatch on
+        // the length must still compare the whole name.
+        for field in FIELDS {
+            let name = field.name();
+            let near_miss = format!("{}X", &name[..name.len() - 1]);
+            assert_eq!(Field::classify(&near_miss), None, "{near_miss}");
+        }
     }
 }
