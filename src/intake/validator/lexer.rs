@@ -515,6 +515,8 @@ mod tests {
             assert!(scan(ok).is_ok(), "{ok}");
         }
         assert_eq!(scan("[[1],[[2]]]"), Ok(3));
+        assert_eq!(scan(r#"{"a":{"b":{}},"c":1}"#), Ok(3));
+        assert_eq!(scan(r#"[{"a":[{}]}]"#), Ok(4));
         assert_eq!(scan("7"), Ok(0));
     }
 
@@ -566,6 +568,13 @@ mod tests {
         assert!(scan(&nested(NESTING_LIMIT + 1)).is_err());
         assert!(serde_json::from_str::<Value>(&nested(NESTING_LIMIT + 1)).is_err());
         assert!(scan(&nested(100_000)).is_err());
+        let objects =
+            |depth: usize| format!("{}{}", "{\"a\":".repeat(depth - 1) + "{", "}".repeat(depth));
+        assert!(scan(&objects(NESTING_LIMIT)).is_ok());
+        assert!(serde_json::from_str::<Value>(&objects(NESTING_LIMIT)).is_ok());
+        assert!(scan(&objects(NESTING_LIMIT + 1)).is_err());
+        assert!(serde_json::from_str::<Value>(&objects(NESTING_LIMIT + 1)).is_err());
+        assert!(scan(&objects(100_000)).is_err());
     }
 
     #[test]
