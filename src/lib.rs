@@ -276,7 +276,7 @@ pub use records::webhook::{
     AttemptRecord, Delivery, DeliveryId, DeliveryNext, DeliveryState, LeasedDelivery, Webhook,
     WebhookChange, WebhookEventType, WebhookId, WebhookRelation, WebhookStatus,
 };
-pub use webhooks::delivery::{AttemptReport, DISPATCH_PAGE, WebhookRound};
+pub use webhooks::delivery::{AttemptReport, DISPATCH_PAGE, SKIP_PAGE, WebhookRound};
 pub use webhooks::destination::{MAX_URL_LEN, check_url, is_public_address};
 pub use webhooks::endpoint::{
     SHOWN_ATTEMPTS, WebhookCreated, WebhookDeleted, WebhookDetail, WebhookError, WebhookList,

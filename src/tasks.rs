@@ -202,12 +202,16 @@ pub async fn deliver_webhooks(gateway: Arc<Gateway>, worker: WebhookWorker) {
     }
 }
 
-/// Dispatches pages of the feed until none waits (at most 20 pages, so
-/// that a backlog of events does not hold up attempts).
+/// Dispatches pages of the feed until a step finds less than a full page
+/// (at most 20 pages, so that a backlog of events does not hold up
+/// attempts). Stopping at a short page, not at an empty one: under a flood,
+/// every step finds the events that arrived during the last, and chasing
+/// them wrote the dispatcher's cursor up to 80 times a second where the
+/// next poll takes them all in one step.
 async fn dispatch_waiting(gateway: &Gateway) {
     for _ in 0..20 {
         match gateway.dispatch_webhook_deliveries(DISPATCH_PAGE).await {
-            Ok(0) => break,
+            Ok(passed) if passed < DISPATCH_PAGE => break,
             Ok(_) => {}
             Err(error) => {
                 tracing::warn!(

@@ -61,6 +61,9 @@ impl FeedPage {
     }
 }
 
+/// The most events [`EventFeed::skip_after`]'s default reads at once.
+const SKIP_READ_PAGE: usize = 500;
+
 /// The recorded events in commit order, for consumers.
 ///
 /// Delivery is at least once: a consumer that keeps the cursor only after
@@ -85,7 +88,9 @@ pub trait EventFeed: Send + Sync {
     /// them (the webhook dispatcher while no webhook is registered, which
     /// would otherwise read every conversion back as it is recorded). The
     /// same order and the same guarantee as `read_after`. The default reads
-    /// the events; the stores of this crate read only their positions.
+    /// the events, 500 at a time so that a large `limit` never holds more
+    /// than that many in memory; the SQL and memory stores
+    /// of this crate read only their positions.
     ///
     /// # Errors
     /// As [`EventFeed::read_after`].
@@ -94,8 +99,18 @@ pub trait EventFeed: Send + Sync {
         cursor: &FeedCursor,
         limit: usize,
     ) -> Result<(FeedCursor, usize), StoreError> {
-        let page = self.read_after(cursor, limit).await?;
-        Ok((page.next, page.events.len()))
+        let (mut at, mut passed) = (cursor.clone(), 0);
+        while passed < limit {
+            let page = self
+                .read_after(&at, (limit - passed).min(SKIP_READ_PAGE))
+                .await?;
+            if page.events.is_empty() {
+                break;
+            }
+            passed += page.events.len();
+            at = page.next;
+        }
+        Ok((at, passed))
     }
 }
 

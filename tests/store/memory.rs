@@ -2,12 +2,15 @@
 #![cfg(feature = "test-util")]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use conversion_gateway::conformance;
 use conversion_gateway::{
+    AccountId, EventFeed, EventSink, EventSubmission, FeedCursor, FeedPage, IntakeChannel,
     MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
-    MemoryWebhookStore,
+    MemoryWebhookStore, OsRandom, RecordedEvent, StoreError, random_uuid,
 };
+use time::macros::datetime;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_token_store_keeps_the_contract() {
@@ -46,4 +49,75 @@ async fn memory_webhook_store_keeps_the_contract() {
     conformance::check_webhook_store(store.clone()).await;
     // Again on the same store: the checks leave nothing due behind them.
     conformance::check_webhook_store(store).await;
+}
+
+/// A feed that implements `read_after` only (over the memory feed), so
+/// that `skip_after` is the trait's default; it notes the largest page
+/// asked for.
+struct ReadOnlyFeed {
+    inner: Arc<MemoryEventSink>,
+    largest_read: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl EventFeed for ReadOnlyFeed {
+    async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
+        self.largest_read.fetch_max(limit, Ordering::SeqCst);
+        self.inner.read_after(cursor, limit).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_default_skip_after_keeps_the_contract() {
+    let sink = Arc::new(MemoryEventSink::new());
+    let feed = Arc::new(ReadOnlyFeed {
+        inner: sink.clone(),
+        largest_read: AtomicUsize::new(0),
+    });
+    conformance::check_event_feed(sink, feed).await;
+}
+
+#[tokio::test]
+async fn the_default_skip_after_reads_a_large_limit_a_page_at_a_time() {
+    let sink = Arc::new(MemoryEventSink::new());
+    let account = AccountId(random_uuid(&OsRandom));
+    for batch in 0..12 {
+        let events = (0..100)
+            .map(|n| RecordedEvent {
+                event_uuid: random_uuid(&OsRandom),
+                account_id: account,
+                received_at: datetime!(2026-03-01 12:00 UTC),
+                event_type: "CONVERSION".into(),
+                event_family: "CDP".into(),
+                conversion_identifier: "signup".into(),
+                email: format!("lead{batch}-{n}@example.com"),
+                payload: serde_json::json!({ "conversion_identifier": "signup" }).into(),
+                channel: IntakeChannel::ApiKey,
+            })
+            .collect();
+        let submission = EventSubmission {
+            events,
+            batch_uuid: Some(random_uuid(&OsRandom)),
+            idempotency: None,
+        };
+        sink.record(&submission).await.expect("record");
+    }
+    let feed = ReadOnlyFeed {
+        inner: sink.clone(),
+        largest_read: AtomicUsize::new(0),
+    };
+    let start = FeedCursor::start();
+    for limit in [1, 500, 501, 1_150, 1_200, 100_000] {
+        let read = sink.read_after(&start, limit).await.expect("read_after");
+        assert_eq!(
+            feed.skip_after(&start, limit).await.expect("skip_after"),
+            (read.next, read.events.len()),
+            "the default passes what one read of {limit} would"
+        );
+    }
+    assert_eq!(
+        feed.largest_read.load(Ordering::SeqCst),
+        500,
+        "never more than 500 events read at once"
+    );
 }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use conversion_gateway::conformance;
 use conversion_gateway::{
-    AccessToken, AccessTokenRecord, AccountId, ClientId, EventPayload, EventSink, EventSubmission,
-    Grant, GrantId, IntakeChannel, OsRandom, RecordOutcome, RecordedEvent, SecretHasher,
-    SqliteStore, StoreError, TokenStore, random_uuid,
+    AccessToken, AccessTokenRecord, AccountId, ClientId, EventFeed, EventPayload, EventSink,
+    EventSubmission, FeedCursor, Grant, GrantId, IntakeChannel, OsRandom, RecordOutcome,
+    RecordedEvent, SecretHasher, SqliteStore, StoreError, TokenStore, random_uuid,
 };
 use time::macros::datetime;
 
@@ -322,6 +322,28 @@ async fn a_refused_batch_leaves_none_of_its_events_and_its_group_is_recorded() {
             assert_eq!(outcome.expect("record"), RecordOutcome::Recorded);
             assert_eq!(stored, Some(first.clone()));
         }
+    }
+    // The refused batches' rows were rolled back inside groups that went
+    // on: the feed's positions (rowids) have no gap for them, so passing
+    // the feed by counts exactly the events that reading it gives.
+    let page = store
+        .read_after(&FeedCursor::start(), 1000)
+        .await
+        .expect("read_after");
+    assert_eq!(page.events.len(), 33, "the first event and 32 single ones");
+    for limit in [1, 16, 33, 1000] {
+        let read = store
+            .read_after(&FeedCursor::start(), limit)
+            .await
+            .expect("read_after");
+        assert_eq!(
+            store
+                .skip_after(&FeedCursor::start(), limit)
+                .await
+                .expect("skip_after"),
+            (read.next, read.events.len()),
+            "skip_after passes what read_after reads, limit {limit}"
+        );
     }
 }
 

@@ -136,6 +136,31 @@ async fn without_a_webhook_the_dispatcher_passes_conversions_by_unread() {
 }
 
 #[tokio::test]
+async fn without_a_webhook_one_step_passes_more_than_a_page_by() {
+    let t = Hooks::new().await;
+    for n in 0..5 {
+        t.convert(&format!("early{n}@example.com"), "demo").await;
+    }
+    let gateway = t.gateway();
+    assert_eq!(
+        gateway.dispatch_webhook_deliveries(2).await.unwrap(),
+        5,
+        "positions only: one step (one write of the cursor) for all five"
+    );
+    assert_eq!(gateway.dispatch_webhook_deliveries(2).await.unwrap(), 0);
+
+    // Once a webhook wants conversions, a step reads one page.
+    t.f.clock.advance(time::Duration::seconds(1));
+    t.register(URL).await;
+    for n in 0..5 {
+        t.convert(&format!("later{n}@example.com"), "demo").await;
+    }
+    assert_eq!(gateway.dispatch_webhook_deliveries(2).await.unwrap(), 2);
+    assert_eq!(gateway.dispatch_webhook_deliveries(2).await.unwrap(), 2);
+    assert_eq!(gateway.dispatch_webhook_deliveries(2).await.unwrap(), 1);
+}
+
+#[tokio::test]
 async fn a_batch_is_one_delivery_per_contact() {
     let t = Hooks::new().await;
     t.register(URL).await;
