@@ -89,8 +89,8 @@ pub trait EventFeed: Send + Sync {
     /// would otherwise read every conversion back as it is recorded). The
     /// same order and the same guarantee as `read_after`. The default reads
     /// the events, 500 at a time so that a large `limit` never holds more
-    /// than that many in memory; the SQL and memory stores
-    /// of this crate read only their positions.
+    /// than that many in memory; the SQL and memory stores of this crate
+    /// read only their positions.
     ///
     /// # Errors
     /// As [`EventFeed::read_after`].

@@ -27,10 +27,10 @@ pub const DISPATCH_PAGE: usize = 500;
 
 /// Events passed by per dispatch step while no webhook wants conversions.
 /// Such a step reads only positions, so its cost hardly grows with the
-/// count, and one write of the cursor serves them all: under a flood of
-/// 35,000 conversions a second, steps of [`DISPATCH_PAGE`] wrote the
-/// cursor 70 times a second, each write taking the SQLite store's write
-/// lock from the writer of events.
+/// count, and one write of the cursor serves them all: at 40,000
+/// conversions a second, steps of [`DISPATCH_PAGE`] would write the cursor
+/// 80 times a second, each write taking the SQLite store's write lock from
+/// the writer of events.
 pub const SKIP_PAGE: usize = 100_000;
 
 /// What one attempt came to.
