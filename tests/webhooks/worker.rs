@@ -1,5 +1,6 @@
-//! The delivery loop (`deliver_webhooks`): attempts run in parallel, and a
-//! receiver that hangs for its whole timeout delays no other webhook.
+//! The delivery loop (`deliver_webhooks`): attempts run in parallel, a
+//! receiver that hangs for its whole timeout delays no other webhook, and
+//! under a flood the dispatcher steps once a poll.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
