@@ -54,7 +54,7 @@ impl<'l, 'a> Ctx<'l, 'a> {
 
     /// The path of a standard field of the payload.
     pub(super) fn field_path(&self, field: Field) -> JsonPath<'static> {
-        self.payload_path().name(field.name())
+        JsonPath::payload_member(self.event, field.name(), None)
     }
 
     /// The path of the `index`th element of `legal_bases`.

@@ -67,6 +67,67 @@ impl JsonPath<'static> {
             len: 0,
         }
     }
+
+    /// The path of the payload member `name` (a constant) of the event,
+    /// `$.payload.name`, or `$[i].payload.name` for the `i`th event of a
+    /// batch; with `item`, of that element of the member's array
+    /// (`$.payload.tags[2]`).
+    ///
+    /// Written whole, where `root().name("payload").name(name)` would move
+    /// the path once a segment: each move copied it with wide loads of
+    /// what narrower stores had just written, a stall every time, which
+    /// made an invalid body's error paths cost more time than their
+    /// instructions (benches/README.md, "Validation").
+    pub(crate) fn payload_member(
+        event: Option<usize>,
+        name: &'static str,
+        item: Option<usize>,
+    ) -> Self {
+        use Segment::{Index, Static};
+        let (segments, len) = match (event, item) {
+            (None, None) => (
+                [
+                    Static("payload"),
+                    Static(name),
+                    Index(0),
+                    Index(0),
+                    Index(0),
+                ],
+                2,
+            ),
+            (None, Some(item)) => (
+                [
+                    Static("payload"),
+                    Static(name),
+                    Index(item),
+                    Index(0),
+                    Index(0),
+                ],
+                3,
+            ),
+            (Some(event), None) => (
+                [
+                    Index(event),
+                    Static("payload"),
+                    Static(name),
+                    Index(0),
+                    Index(0),
+                ],
+                3,
+            ),
+            (Some(event), Some(item)) => (
+                [
+                    Index(event),
+                    Static("payload"),
+                    Static(name),
+                    Index(item),
+                    Index(0),
+                ],
+                4,
+            ),
+        };
+        JsonPath { segments, len }
+    }
 }
 
 impl<'a> JsonPath<'a> {
@@ -329,6 +390,28 @@ mod tests {
         assert_ne!(path, "$.payload.emai");
         assert_ne!(path, "$.payload.emails");
         assert_ne!(path, "");
+    }
+
+    #[test]
+    fn a_payload_member_written_whole_is_the_path_built_segment_by_segment() {
+        let built = |event: Option<usize>| match event {
+            Some(index) => JsonPath::root().index(index).name("payload"),
+            None => JsonPath::root().name("payload"),
+        };
+        for event in [None, Some(0), Some(7)] {
+            let whole = JsonPath::payload_member(event, "tags", None);
+            assert_eq!(whole, built(event).name("tags"));
+            let item = JsonPath::payload_member(event, "tags", Some(2));
+            assert_eq!(item, built(event).name("tags").index(2));
+        }
+        assert_eq!(
+            JsonPath::payload_member(Some(3), "tags", Some(1)).to_string(),
+            "$[3].payload.tags[1]"
+        );
+        assert_eq!(
+            JsonPath::payload_member(None, "email", None).to_string(),
+            "$.payload.email"
+        );
     }
 
     #[test]

@@ -132,7 +132,7 @@ pub(crate) fn has_uppercase(value: &str) -> bool {
 
 /// The path of the `index`th tag.
 fn tag_path(ctx: &Ctx<'_, '_>, index: usize) -> JsonPath<'static> {
-    ctx.field_path(Field::Tags).index(index)
+    JsonPath::payload_member(ctx.event, Field::Tags.name(), Some(index))
 }
 
 #[cfg(test)]
