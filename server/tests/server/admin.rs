@@ -140,8 +140,8 @@ impl SharedStore {
 
 /// An SQLite store, and a PostgreSQL one when `DATABASE_URL` names a server.
 pub(crate) async fn shared_stores(name: &str) -> Vec<SharedStore> {
-    let mut stores = Vec::new();
-    stores.push(SharedStore::sqlite(name));
+    #[cfg_attr(not(feature = "postgres"), expect(unused_mut))]
+    let mut stores = vec![SharedStore::sqlite(name)];
     #[cfg(feature = "postgres")]
     stores.extend(postgres::store(name).await);
     stores
