@@ -169,6 +169,13 @@ async fn run(options: Options) {
         refresher: None,
     }];
     let postgres = std::env::var("DATABASE_URL").ok().map(postgres_store);
+    // PostgreSQL's tail under a long flood depends on the server's own
+    // settings more than on the store (server/benches/intake_load/NOTES.md):
+    // the table names them, so that runs on different servers are not
+    // compared as if they were alike.
+    let postgres_settings = std::env::var("DATABASE_URL")
+        .ok()
+        .map(|url| query_text(&url, POSTGRES_SETTINGS.to_owned()));
     let mut stores: Vec<(&str, String, Vec<String>)> = vec![
         ("memory", "memory".to_owned(), Vec::new()),
         (
@@ -315,6 +322,12 @@ async fn run(options: Options) {
             result.p99_ms,
             result.failures
         );
+    }
+
+    match postgres_settings {
+        Some(Ok(settings)) => println!("\nPostgreSQL's settings: {settings}."),
+        Some(Err(error)) => println!("\nPostgreSQL's settings could not be read: {error}."),
+        None => {}
     }
 
     // Each round's ratio pairs runs made one right after the other, so a
@@ -712,9 +725,38 @@ fn postgres_store(url: String) -> (Box<dyn FnOnce()>, String) {
     (Box::new(drop_schema), in_schema)
 }
 
+/// The PostgreSQL server's settings that move its tail under a flood (the
+/// shared buffers the events table is evicted from, the log's size between
+/// checkpoints) or its durability, as one line of text.
+const POSTGRES_SETTINGS: &str =
+    "SELECT string_agg(name || ' ' || current_setting(name), ', ' ORDER BY ordinality)
+     FROM unnest(ARRAY['shared_buffers', 'max_wal_size', 'checkpoint_timeout',
+                       'synchronous_commit', 'wal_sync_method']) WITH ORDINALITY AS name";
+
 /// Runs `sql` on the server at `url`, on a thread and runtime of its own
 /// (the caller may be on the bench's runtime, which cannot block on it).
 fn run_sql(url: &str, sql: String) -> Result<(), sqlx::Error> {
+    on_postgres(url, move |pool| async move {
+        sqlx::query(&sql).execute(&pool).await.map(|_| ())
+    })
+}
+
+/// The text in the first column of the one row `sql` answers on the server
+/// at `url` (as [`run_sql`], on a thread of its own).
+fn query_text(url: &str, sql: String) -> Result<String, sqlx::Error> {
+    on_postgres(url, move |pool| async move {
+        sqlx::query_scalar::<_, String>(&sql).fetch_one(&pool).await
+    })
+}
+
+/// Runs `work` on a one-connection pool to `url`, on a thread and runtime
+/// of its own, and closes the pool.
+fn on_postgres<T, F, Fut>(url: &str, work: F) -> Result<T, sqlx::Error>
+where
+    T: Send + 'static,
+    F: FnOnce(sqlx::PgPool) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
     let url = url.to_owned();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -727,9 +769,9 @@ fn run_sql(url: &str, sql: String) -> Result<(), sqlx::Error> {
                 .max_connections(1)
                 .connect_with(options)
                 .await?;
-            sqlx::query(&sql).execute(&pool).await?;
+            let result = work(pool.clone()).await;
             pool.close().await;
-            Ok(())
+            result
         })
     })
     .join()
