@@ -143,6 +143,57 @@ mod tests {
         }
     }
 
+    /// Each refused IPv4 range is matched on every octet it names, and on
+    /// nothing else: an address just outside it, or sharing only one of its
+    /// octets, is public. (`cargo mutants` found `169.254/16` refusing any
+    /// `x.254.*.*`, and `172.16/12` any `x.16-31.*.*`, unnoticed.)
+    #[test]
+    fn the_neighbours_of_every_refused_ipv4_range_are_public() {
+        for address in [
+            "1.0.0.1",         // past 0/8
+            "9.255.255.255",   // around 10/8
+            "11.0.0.1",        //
+            "126.255.255.255", // around 127/8
+            "128.0.0.1",       //
+            "100.63.255.255",  // around 100.64/10
+            "8.64.0.1",        // its second octet only
+            "169.253.255.255", // around 169.254/16
+            "169.255.0.1",     //
+            "8.254.0.1",       // its second octet only
+            "172.15.255.255",  // around 172.16/12
+            "8.16.0.1",        // its second octet only
+            "192.0.1.1",       // around 192.0.0/24 and 192.0.2/24
+            "192.0.3.1",       //
+            "192.1.0.1",       //
+            "8.0.0.1",         // their second and third octets only
+            "8.8.0.8",         // a third octet of 0 only
+            "8.0.2.1",         // 192.0.2/24's second and third octets only
+            "8.8.2.8",         // a third octet of 2 only
+            "192.88.98.1",     // around 192.88.99/24
+            "192.89.99.1",     //
+            "8.88.99.1",       // its second and third octets only
+            "8.8.99.8",        // its third octet only
+            "192.167.255.255", // around 192.168/16
+            "192.169.0.1",     //
+            "8.168.0.1",       // its second octet only
+            "198.17.255.255",  // around 198.18/15
+            "8.18.0.1",        // its second octet only
+            "198.51.99.1",     // around 198.51.100/24
+            "198.51.101.1",    //
+            "198.52.100.1",    //
+            "8.51.100.1",      // its second and third octets only
+            "8.8.100.8",       // its third octet only
+            "203.0.112.1",     // around 203.0.113/24
+            "203.0.114.1",     //
+            "203.1.113.1",     //
+            "8.0.113.1",       // its second and third octets only
+            "8.8.113.8",       // its third octet only
+            "223.255.255.255", // below 224/4
+        ] {
+            assert!(public(address), "{address}");
+        }
+    }
+
     #[test]
     fn every_non_public_range_is_refused() {
         for address in [
