@@ -168,14 +168,15 @@ async fn run(options: Options) {
         process: bare,
         refresher: None,
     }];
-    let postgres = std::env::var("DATABASE_URL").ok().map(postgres_store);
+    let database_url = std::env::var("DATABASE_URL").ok();
     // PostgreSQL's tail under a long flood depends on the server's own
     // settings more than on the store (server/benches/intake_load/NOTES.md):
     // the table names them, so that runs on different servers are not
     // compared as if they were alike.
-    let postgres_settings = std::env::var("DATABASE_URL")
-        .ok()
-        .map(|url| query_text(&url, POSTGRES_SETTINGS.to_owned()));
+    let postgres_settings = database_url
+        .as_deref()
+        .map(|url| query_text(url, POSTGRES_SETTINGS.to_owned()));
+    let postgres = database_url.map(postgres_store);
     let mut stores: Vec<(&str, String, Vec<String>)> = vec![
         ("memory", "memory".to_owned(), Vec::new()),
         (
