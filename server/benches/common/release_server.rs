@@ -9,23 +9,33 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The service's release binary, built (or found fresh) by cargo.
+///
+/// Built exactly as a user builds it (`cargo build --release`), not as the
+/// bench's own build made it: that one unifies the features of the
+/// dev-dependencies (tokio's `test-util` among them) into the service. It is
+/// built in a target directory of its own, `release-server` under the
+/// workspace's: in the shared one, the two builds gave the same units
+/// different features, and each `cargo bench` rebuilt the library and the
+/// service twice (some minutes) although nothing had changed.
 pub fn build() -> PathBuf {
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or(root.join("target"), PathBuf::from)
+        .join("release-server");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
         .args([
             "build",
             "--release",
-            "--all-features",
             "-p",
             "conversion-gateway-server",
             "--bin",
             "conversion-gateway",
         ])
+        .env("CARGO_TARGET_DIR", &target)
         .status()
         .expect("run cargo");
     assert!(status.success(), "building the release server failed");
-    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(root.join("target"), PathBuf::from);
     target.join("release").join("conversion-gateway")
 }
 
