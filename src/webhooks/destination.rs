@@ -95,14 +95,12 @@ fn is_public_v6(address: Ipv6Addr) -> bool {
     // reach the embedded IPv4 address. `::` and `::1` land in 0.0.0.0/8,
     // which is refused.
     if segments[..6] == [0; 6] || segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        let [.., hi, lo] = segments;
-        return is_public_v4(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)));
+        let [.., high, low] = segments;
+        return is_public_v4(embedded_v4(high, low));
     }
     // 6to4 (2002::/16) embeds the IPv4 address in segments 1 and 2.
     if segments[0] == 0x2002 {
-        return is_public_v4(Ipv4Addr::from(
-            (u32::from(segments[1]) << 16) | u32::from(segments[2]),
-        ));
+        return is_public_v4(embedded_v4(segments[1], segments[2]));
     }
     let refused = (segments[0] & 0xfe00) == 0xfc00 // unique local (RFC 4193)
         || (segments[0] & 0xffc0) == 0xfe80 // link-local
@@ -112,6 +110,14 @@ fn is_public_v6(address: Ipv6Addr) -> bool {
         || (segments[0] == 0x2001 && segments[1] == 0) // Teredo (RFC 4380)
         || segments[..4] == [0x100, 0, 0, 0]; // discard (RFC 6666)
     !refused
+}
+
+/// The IPv4 address an IPv6 address carries in two of its segments, the
+/// `high` one first (RFC 4291 section 2.5.5, RFC 6052, RFC 3056).
+fn embedded_v4(high: u16, low: u16) -> Ipv4Addr {
+    let [a, b] = high.to_be_bytes();
+    let [c, d] = low.to_be_bytes();
+    Ipv4Addr::new(a, b, c, d)
 }
 
 #[cfg(test)]
@@ -191,6 +197,25 @@ mod tests {
             "223.255.255.255", // below 224/4
         ] {
             assert!(public(address), "{address}");
+        }
+    }
+
+    /// An IPv6 address that embeds an IPv4 one is judged by that address,
+    /// read in network order: each pair below would swap its answer if the
+    /// embedded address were read with its segments or bytes swapped.
+    #[test]
+    fn embedded_ipv4_addresses_are_read_in_network_order() {
+        for (address, is_public) in [
+            ("::ffff:1.0.0.10", true),     // 10.0.0.1 backwards
+            ("::ffff:192.168.1.1", false), // 1.1.192.168 swapped
+            ("::1.0.0.10", true),
+            ("::192.168.1.1", false),
+            ("64:ff9b::100:a", true),     // NAT64, 1.0.0.10
+            ("64:ff9b::c0a8:101", false), // 192.168.1.1
+            ("2002:100:a::1", true),      // 6to4, 1.0.0.10
+            ("2002:c0a8:101::1", false),
+        ] {
+            assert_eq!(public(address), is_public, "{address}");
         }
     }
 
