@@ -1,15 +1,18 @@
 //! Deliveries, stepped on the manual clock: what is delivered to whom,
 //! signed how, retried when, given up when, and in which order.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use conversion_gateway::{
-    Clock, DeliveryNext, DeliveryState, EventFeed, FeedCursor, FeedPage, MemoryEventSink,
-    RetrySchedule, SendOutcome, StoreError, Stores, WebhookChange, WebhookStatus,
+    AccountId, AttemptRecord, Clock, DISPATCH_PAGE, Delivery, DeliveryId, DeliveryNext,
+    DeliveryState, EventFeed, FeedCursor, FeedPage, LeasedDelivery, MemoryEventSink, RetrySchedule,
+    SendOutcome, StoreError, Stores, Webhook, WebhookChange, WebhookId, WebhookStatus,
+    WebhookStore, WebhookWrite,
 };
 use serde_json::json;
+use time::OffsetDateTime;
 
 use crate::support::{Hooks, header, signed_by, status};
 
@@ -133,6 +136,264 @@ async fn without_a_webhook_the_dispatcher_passes_conversions_by_unread() {
     assert_eq!(feed.events_read.load(Ordering::SeqCst), 1);
     let delivered = t.receiver.emails_to(URL);
     assert_eq!(delivered, ["later@example.com"]);
+}
+
+#[tokio::test]
+async fn with_every_webhook_switched_off_the_dispatcher_passes_conversions_by_unread() {
+    let events = Arc::new(MemoryEventSink::new());
+    let feed = Arc::new(CountingFeed {
+        inner: events.clone(),
+        events_read: AtomicUsize::new(0),
+    });
+    let mut stores = Stores::in_memory();
+    stores.events = events;
+    stores.feed = feed.clone();
+    let t = Hooks::on(stores, RetrySchedule::default()).await;
+    let created = t.register(URL).await;
+    let id = WebhookId(created["uuid"].as_str().unwrap().parse().unwrap());
+    assert!(
+        t.gateway()
+            .set_webhook_status(id, WebhookStatus::Inactive)
+            .await
+            .unwrap()
+    );
+    t.receiver.clear();
+    t.f.clock.advance(time::Duration::seconds(1));
+    for n in 0..3 {
+        t.convert(&format!("while-off{n}@example.com"), "demo")
+            .await;
+    }
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.events_dispatched, 3, "passed");
+    assert_eq!(
+        feed.events_read.load(Ordering::SeqCst),
+        0,
+        "no active webhook wants them: unread"
+    );
+    assert!(t.receiver.sent().is_empty());
+}
+
+/// The memory webhook store, counting the dispatcher's writes.
+struct CountingWebhooks {
+    inner: Arc<dyn WebhookStore>,
+    dispatches: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl WebhookStore for CountingWebhooks {
+    async fn insert_webhook(&self, webhook: &Webhook) -> Result<WebhookWrite, StoreError> {
+        self.inner.insert_webhook(webhook).await
+    }
+
+    async fn find_webhook(&self, id: WebhookId) -> Result<Option<Webhook>, StoreError> {
+        self.inner.find_webhook(id).await
+    }
+
+    async fn list_webhooks(&self, account: Option<AccountId>) -> Result<Vec<Webhook>, StoreError> {
+        self.inner.list_webhooks(account).await
+    }
+
+    async fn update_webhook(&self, webhook: &Webhook) -> Result<WebhookWrite, StoreError> {
+        self.inner.update_webhook(webhook).await
+    }
+
+    async fn set_webhook_status(
+        &self,
+        id: WebhookId,
+        status: WebhookStatus,
+        at: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        self.inner.set_webhook_status(id, status, at).await
+    }
+
+    async fn delete_webhook(&self, id: WebhookId) -> Result<bool, StoreError> {
+        self.inner.delete_webhook(id).await
+    }
+
+    async fn dispatch_cursor(&self) -> Result<FeedCursor, StoreError> {
+        self.inner.dispatch_cursor().await
+    }
+
+    async fn dispatch(
+        &self,
+        from: &FeedCursor,
+        to: &FeedCursor,
+        deliveries: &[Delivery],
+    ) -> Result<bool, StoreError> {
+        self.dispatches.fetch_add(1, Ordering::SeqCst);
+        self.inner.dispatch(from, to, deliveries).await
+    }
+
+    async fn lease_deliveries(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        limit: usize,
+        skip: &[WebhookId],
+    ) -> Result<Vec<LeasedDelivery>, StoreError> {
+        self.inner
+            .lease_deliveries(now, lease_until, limit, skip)
+            .await
+    }
+
+    async fn finish_attempt(
+        &self,
+        attempt: &AttemptRecord,
+        next: DeliveryNext,
+        change: WebhookChange,
+    ) -> Result<(), StoreError> {
+        self.inner.finish_attempt(attempt, next, change).await
+    }
+
+    async fn recent_attempts(
+        &self,
+        webhook: WebhookId,
+        limit: usize,
+    ) -> Result<Vec<AttemptRecord>, StoreError> {
+        self.inner.recent_attempts(webhook, limit).await
+    }
+
+    async fn pending_deliveries(&self) -> Result<u64, StoreError> {
+        self.inner.pending_deliveries().await
+    }
+
+    async fn delivery_state(
+        &self,
+        id: DeliveryId,
+    ) -> Result<Option<(DeliveryState, u32)>, StoreError> {
+        self.inner.delivery_state(id).await
+    }
+
+    async fn purge_deliveries(
+        &self,
+        cutoff: OffsetDateTime,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        self.inner.purge_deliveries(cutoff, limit).await
+    }
+}
+
+#[tokio::test]
+async fn a_dispatch_step_with_nothing_to_pass_writes_nothing() {
+    let mut stores = Stores::in_memory();
+    let webhooks = Arc::new(CountingWebhooks {
+        inner: stores.webhooks.clone(),
+        dispatches: AtomicUsize::new(0),
+    });
+    stores.webhooks = webhooks.clone();
+    let t = Hooks::on(stores, RetrySchedule::default()).await;
+    let gateway = t.gateway();
+    let writes = || webhooks.dispatches.load(Ordering::SeqCst);
+
+    // No webhook, nothing recorded: the step neither reads nor writes (the
+    // SQLite store's write lock belongs to the writer of events).
+    assert_eq!(
+        gateway
+            .dispatch_webhook_deliveries(DISPATCH_PAGE)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(writes(), 0);
+    // Conversions passed by: one write for all of them, then none.
+    t.convert("a@example.com", "demo").await;
+    t.convert("b@example.com", "demo").await;
+    assert_eq!(
+        gateway
+            .dispatch_webhook_deliveries(DISPATCH_PAGE)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(writes(), 1);
+    assert_eq!(
+        gateway
+            .dispatch_webhook_deliveries(DISPATCH_PAGE)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(writes(), 1);
+    // A webhook and nothing new: no write either.
+    t.register(URL).await;
+    assert_eq!(
+        gateway
+            .dispatch_webhook_deliveries(DISPATCH_PAGE)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(writes(), 1);
+}
+
+/// The memory feed, with a webhook registered (by another instance, say)
+/// right after the dispatcher's first pass over positions.
+struct RegisteringFeed {
+    inner: Arc<MemoryEventSink>,
+    webhooks: Arc<dyn WebhookStore>,
+    registered_after_skip: Mutex<Option<Webhook>>,
+}
+
+#[async_trait::async_trait]
+impl EventFeed for RegisteringFeed {
+    async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
+        self.inner.read_after(cursor, limit).await
+    }
+
+    async fn skip_after(
+        &self,
+        cursor: &FeedCursor,
+        limit: usize,
+    ) -> Result<(FeedCursor, usize), StoreError> {
+        let skipped = self.inner.skip_after(cursor, limit).await?;
+        let webhook = self.registered_after_skip.lock().unwrap().take();
+        if let Some(webhook) = webhook {
+            self.webhooks.insert_webhook(&webhook).await?;
+        }
+        Ok(skipped)
+    }
+}
+
+#[tokio::test]
+async fn a_webhook_registered_while_the_dispatcher_skips_gets_the_conversions() {
+    let events = Arc::new(MemoryEventSink::new());
+    let mut stores = Stores::in_memory();
+    let feed = Arc::new(RegisteringFeed {
+        inner: events.clone(),
+        webhooks: stores.webhooks.clone(),
+        registered_after_skip: Mutex::new(None),
+    });
+    stores.events = events;
+    stores.feed = feed.clone();
+    let t = Hooks::on(stores.clone(), RetrySchedule::default()).await;
+    // A webhook registered before the conversions, held back from the
+    // store until the dispatcher has passed over their positions once.
+    let created = t.register(URL).await;
+    let id = WebhookId(created["uuid"].as_str().unwrap().parse().unwrap());
+    let webhook = stores.webhooks.find_webhook(id).await.unwrap().unwrap();
+    assert!(stores.webhooks.delete_webhook(id).await.unwrap());
+    *feed.registered_after_skip.lock().unwrap() = Some(webhook);
+    t.receiver.clear();
+    t.f.clock.advance(time::Duration::seconds(1));
+    for n in 0..3 {
+        t.convert(&format!("raced{n}@example.com"), "demo").await;
+    }
+
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.events_dispatched, 3);
+    assert!(
+        feed.registered_after_skip.lock().unwrap().is_none(),
+        "the webhook came in after the skip"
+    );
+    assert_eq!(
+        t.receiver.emails_to(URL),
+        [
+            "raced0@example.com",
+            "raced1@example.com",
+            "raced2@example.com"
+        ],
+        "asked again after the skip, the dispatcher read and delivered them"
+    );
 }
 
 #[tokio::test]
