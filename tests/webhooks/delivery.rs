@@ -543,6 +543,37 @@ async fn failures_are_retried_on_the_schedule_with_the_same_id_then_given_up() {
 }
 
 #[tokio::test]
+async fn retries_of_deliveries_that_failed_together_are_spread_over_the_jitter() {
+    let schedule: RetrySchedule = "0s,100s".parse().unwrap();
+    let t = Hooks::with_schedule(schedule).await;
+    t.register(URL).await;
+    t.receiver.clear();
+    t.receiver.answer(URL, (0..20).map(|_| status(500)));
+    for n in 0..20 {
+        t.convert(&format!("lead{n}@example.com"), "signup").await;
+    }
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    let now = t.f.clock.now();
+    let waits: Vec<f64> = round
+        .attempts
+        .iter()
+        .map(|attempt| match attempt.next {
+            DeliveryNext::RetryAt(at) => (at - now).as_seconds_f64(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(waits.len(), 20);
+    // 100 s plus or minus 10 %, drawn for each: some sooner, some later,
+    // so that the receiver is not hit by all twenty at once again.
+    assert!(
+        waits.iter().all(|wait| (90.0..110.0).contains(wait)),
+        "{waits:?}"
+    );
+    assert!(waits.iter().any(|wait| *wait < 99.0), "{waits:?}");
+    assert!(waits.iter().any(|wait| *wait > 101.0), "{waits:?}");
+}
+
+#[tokio::test]
 async fn retry_after_is_honoured() {
     let t = Hooks::new().await;
     t.register(URL).await;
