@@ -1,7 +1,7 @@
 //! `/integrations/webhooks`: registration with its validation call, the
 //! app's own listing, reads, changes and deletion, and every refusal.
 
-use conversion_gateway::{DestinationRefused, SendOutcome, WebhookStatus};
+use conversion_gateway::{DestinationRefused, SendOutcome, WebhookId, WebhookStatus, WebhookView};
 use serde_json::json;
 
 use crate::support::{Hooks, header, signed_by, status, webhook_body};
@@ -148,6 +148,7 @@ async fn private_and_plain_http_urls_are_refused_before_any_call() {
 async fn the_same_url_twice_for_one_event_type_is_refused() {
     let t = Hooks::new().await;
     t.register("https://hooks.example.com/in").await;
+    t.receiver.clear();
     let answer = t
         .call(
             "POST",
@@ -159,6 +160,10 @@ async fn the_same_url_twice_for_one_event_type_is_refused() {
     let error = &answer.json_body().unwrap()["errors"][0];
     assert_eq!(error["error_type"], "DUPLICATE_URL");
     assert_eq!(error["path"], "$.url");
+    assert!(
+        t.receiver.sent().is_empty(),
+        "refused before the validation call: a registration taken already calls nobody"
+    );
     // Another URL is fine.
     t.register("https://hooks.example.com/other").await;
 }
@@ -346,6 +351,33 @@ async fn put_replaces_the_fields_calls_a_new_url_and_switches_status() {
         .await;
     assert_eq!(answer.status, 400);
     assert_eq!(answer.json_body().unwrap()["errors"][0]["path"], "$.url");
+}
+
+#[tokio::test]
+async fn put_back_to_active_clears_the_failures_in_the_webhook_it_returns() {
+    let t = Hooks::new().await;
+    let created = t.register("https://hooks.example.com/in").await;
+    let uuid = created["uuid"].as_str().unwrap();
+    let id = WebhookId(uuid.parse().unwrap());
+    t.receiver
+        .answer("https://hooks.example.com/in", [status(500)]);
+    t.convert("lead@example.com", "signup").await;
+    t.gateway().run_webhooks_once().await.unwrap();
+    let failing = t.gateway().all_webhooks().await.unwrap()[0].failing_since;
+    assert!(failing.is_some(), "failing since the 500");
+
+    let put = async |status: &str| {
+        let mut body = webhook_body("https://hooks.example.com/in");
+        body["status"] = json!(status);
+        let WebhookView(webhook) = t.update(uuid, &body).await;
+        let stored = t.gateway().all_webhooks().await.unwrap();
+        assert_eq!(stored[0].id, id);
+        (webhook.failing_since, stored[0].failing_since)
+    };
+    // Switched off, it is still failing; switched on, its failures are
+    // cleared, in the webhook returned as in the store.
+    assert_eq!(put("inactive").await, (failing, failing));
+    assert_eq!(put("active").await, (None, None));
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use conversion_gateway::{
     Gateway, HttpAnswer, OutgoingRequest, RequestParts, RetrySchedule, SecretHasher, SeededRandom,
-    SendOutcome, Stores, WebhookOptions, WebhookTransport,
+    SendOutcome, Stores, WebhookOptions, WebhookTransport, WebhookView,
 };
 use conversion_gateway_testkit::Fixture;
 use conversion_gateway_testkit::conversion_body;
@@ -184,6 +184,24 @@ impl Hooks {
             ("DELETE", Some(id)) => gateway.answer(gateway.delete_webhook(&parts, id).await),
             _ => panic!("no such route in these tests"),
         }
+    }
+
+    /// `PUT /integrations/webhooks/{uuid}` with `body` through the
+    /// `Gateway`, as a host's Rust code calls it: the webhook it returns.
+    pub async fn update(&self, uuid: &str, body: &Value) -> WebhookView {
+        let authorization = self.authorization(&self.access);
+        let bytes = body.to_string();
+        let parts = RequestParts {
+            query: "",
+            content_type: Some("application/json"),
+            authorization: Some(&authorization),
+            idempotency_key: None,
+            body: bytes.as_bytes(),
+        };
+        self.gateway()
+            .update_webhook(&parts, uuid)
+            .await
+            .expect("the webhook is updated")
     }
 
     /// Registers a webhook for `url` (all conversions), answered 201.
