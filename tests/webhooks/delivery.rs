@@ -106,8 +106,8 @@ impl EventFeed for CountingFeed {
     }
 }
 
-#[tokio::test]
-async fn without_a_webhook_the_dispatcher_passes_conversions_by_unread() {
+/// The service on memory stores whose feed counts the events read back.
+async fn hooks_counting_reads() -> (Hooks, Arc<CountingFeed>) {
     let events = Arc::new(MemoryEventSink::new());
     let feed = Arc::new(CountingFeed {
         inner: events.clone(),
@@ -116,7 +116,12 @@ async fn without_a_webhook_the_dispatcher_passes_conversions_by_unread() {
     let mut stores = Stores::in_memory();
     stores.events = events;
     stores.feed = feed.clone();
-    let t = Hooks::on(stores, RetrySchedule::default()).await;
+    (Hooks::on(stores, RetrySchedule::default()).await, feed)
+}
+
+#[tokio::test]
+async fn without_a_webhook_the_dispatcher_passes_conversions_by_unread() {
+    let (t, feed) = hooks_counting_reads().await;
     for n in 0..3 {
         t.convert(&format!("early{n}@example.com"), "demo").await;
     }
@@ -140,15 +145,7 @@ async fn without_a_webhook_the_dispatcher_passes_conversions_by_unread() {
 
 #[tokio::test]
 async fn with_every_webhook_switched_off_the_dispatcher_passes_conversions_by_unread() {
-    let events = Arc::new(MemoryEventSink::new());
-    let feed = Arc::new(CountingFeed {
-        inner: events.clone(),
-        events_read: AtomicUsize::new(0),
-    });
-    let mut stores = Stores::in_memory();
-    stores.events = events;
-    stores.feed = feed.clone();
-    let t = Hooks::on(stores, RetrySchedule::default()).await;
+    let (t, feed) = hooks_counting_reads().await;
     let created = t.register(URL).await;
     let id = WebhookId(created["uuid"].as_str().unwrap().parse().unwrap());
     assert!(

@@ -148,6 +148,17 @@ impl Hooks {
         format!("Bearer {token}")
     }
 
+    /// A JSON request's parts: `body` under `authorization`.
+    fn json_parts<'r>(authorization: &'r str, body: &'r str) -> RequestParts<'r> {
+        RequestParts {
+            query: "",
+            content_type: Some("application/json"),
+            authorization: Some(authorization),
+            idempotency_key: None,
+            body: body.as_bytes(),
+        }
+    }
+
     /// A webhook request of the fixture's app, answered as HTTP.
     pub async fn call(
         &self,
@@ -168,13 +179,7 @@ impl Hooks {
     ) -> HttpAnswer {
         let authorization = self.authorization(token);
         let bytes = body.map(|body| body.to_string()).unwrap_or_default();
-        let parts = RequestParts {
-            query: "",
-            content_type: Some("application/json"),
-            authorization: Some(&authorization),
-            idempotency_key: None,
-            body: bytes.as_bytes(),
-        };
+        let parts = Self::json_parts(&authorization, &bytes);
         let gateway = self.gateway();
         match (method, path_id) {
             ("POST", None) => gateway.answer(gateway.create_webhook(&parts).await),
@@ -191,13 +196,7 @@ impl Hooks {
     pub async fn update(&self, uuid: &str, body: &Value) -> WebhookView {
         let authorization = self.authorization(&self.access);
         let bytes = body.to_string();
-        let parts = RequestParts {
-            query: "",
-            content_type: Some("application/json"),
-            authorization: Some(&authorization),
-            idempotency_key: None,
-            body: bytes.as_bytes(),
-        };
+        let parts = Self::json_parts(&authorization, &bytes);
         self.gateway()
             .update_webhook(&parts, uuid)
             .await
@@ -227,13 +226,7 @@ impl Hooks {
         body["payload"]["conversion_identifier"] = identifier.into();
         let bytes = body.to_string();
         let authorization = self.authorization(&self.access);
-        let parts = RequestParts {
-            query: "",
-            content_type: Some("application/json"),
-            authorization: Some(&authorization),
-            idempotency_key: None,
-            body: bytes.as_bytes(),
-        };
+        let parts = Self::json_parts(&authorization, &bytes);
         self.gateway()
             .record_event(&parts)
             .await
