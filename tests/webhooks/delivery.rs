@@ -280,47 +280,26 @@ async fn a_dispatch_step_with_nothing_to_pass_writes_nothing() {
     stores.webhooks = webhooks.clone();
     let t = Hooks::on(stores, RetrySchedule::default()).await;
     let gateway = t.gateway();
-    let writes = || webhooks.dispatches.load(Ordering::SeqCst);
+    // One dispatch step: the events it passed, and the writes so far.
+    let step = async || {
+        let passed = gateway
+            .dispatch_webhook_deliveries(DISPATCH_PAGE)
+            .await
+            .unwrap();
+        (passed, webhooks.dispatches.load(Ordering::SeqCst))
+    };
 
     // No webhook, nothing recorded: the step neither reads nor writes (the
     // SQLite store's write lock belongs to the writer of events).
-    assert_eq!(
-        gateway
-            .dispatch_webhook_deliveries(DISPATCH_PAGE)
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(writes(), 0);
+    assert_eq!(step().await, (0, 0));
     // Conversions passed by: one write for all of them, then none.
     t.convert("a@example.com", "demo").await;
     t.convert("b@example.com", "demo").await;
-    assert_eq!(
-        gateway
-            .dispatch_webhook_deliveries(DISPATCH_PAGE)
-            .await
-            .unwrap(),
-        2
-    );
-    assert_eq!(writes(), 1);
-    assert_eq!(
-        gateway
-            .dispatch_webhook_deliveries(DISPATCH_PAGE)
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(writes(), 1);
+    assert_eq!(step().await, (2, 1));
+    assert_eq!(step().await, (0, 1));
     // A webhook and nothing new: no write either.
     t.register(URL).await;
-    assert_eq!(
-        gateway
-            .dispatch_webhook_deliveries(DISPATCH_PAGE)
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(writes(), 1);
+    assert_eq!(step().await, (0, 1));
 }
 
 /// The memory feed, with a webhook registered (by another instance, say)
