@@ -170,7 +170,8 @@ async fn with_every_webhook_switched_off_the_dispatcher_passes_conversions_by_un
     assert!(t.receiver.sent().is_empty());
 }
 
-/// The memory webhook store, counting the dispatcher's writes.
+/// A webhook store (the memory one in these tests), counting the
+/// dispatcher's writes.
 struct CountingWebhooks {
     inner: Arc<dyn WebhookStore>,
     dispatches: AtomicUsize,
