@@ -249,6 +249,15 @@ mod tests {
     }
 
     #[test]
+    fn its_debug_names_the_setting_and_nothing_of_the_client() {
+        let transport = HttpWebhookTransport::new(true).unwrap();
+        assert_eq!(
+            format!("{transport:?}"),
+            "HttpWebhookTransport { allow_private: true, .. }"
+        );
+    }
+
+    #[test]
     fn the_user_agent_names_the_crate_and_its_version() {
         assert_eq!(
             USER_AGENT,

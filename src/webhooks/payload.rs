@@ -210,6 +210,37 @@ mod tests {
     }
 
     #[test]
+    fn null_blank_and_empty_values_are_left_out_and_others_kept() {
+        let hasher = SecretHasher::new([1; 32]);
+        let stored = delivery_body(
+            &event(json!({
+                "conversion_identifier": "signup",
+                "email": "lead@example.com",
+                "name": null,
+                "city": "  ",
+                "tags": [],
+                "legal_bases": [],
+                "cf_none": null,
+                "cf_list": [],
+                "cf_object": {},
+                "cf_zero": 0,
+                "cf_no": false,
+                "company_name": {},
+            })),
+            &hasher,
+        );
+        let body: Value = serde_json::from_str(&stored).unwrap();
+        let contact = body["contact"].as_object().unwrap();
+        let mut names: Vec<&str> = contact.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["cf_no", "cf_zero", "email", "uuid"]);
+        assert_eq!(
+            (&contact["cf_zero"], &contact["cf_no"]),
+            (&json!(0), &json!(false))
+        );
+    }
+
+    #[test]
     fn an_empty_object_gets_only_its_timestamp() {
         let sent = body_at("{}", datetime!(2026-01-01 0:00 UTC));
         assert_eq!(sent, b"{\"timestamp\":\"2026-01-01T00:00:00Z\"}");
