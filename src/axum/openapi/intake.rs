@@ -207,7 +207,7 @@ pub(crate) struct Tag;
 /// a few Latin ranges). Characters of the Basic Multilingual Plane are
 /// escaped (`\u00C0`); the others are written as themselves, which engines
 /// without `\u{...}` read too.
-fn char_class(holds: impl Fn(char) -> bool) -> String {
+pub(super) fn char_class(holds: impl Fn(char) -> bool) -> String {
     fn write(class: &mut String, c: char) {
         if u32::from(c) <= 0xFFFF {
             class.push_str(&format!("\\u{:04X}", u32::from(c)));

@@ -510,3 +510,37 @@ fn a_blank_tracking_id_is_what_the_validator_calls_blank() {
     );
     assert!(found.is_empty(), "{found:?}");
 }
+
+/// A webhook's conversion identifier of one character is refused as blank
+/// by the registration exactly when the document's pattern refuses it, for
+/// every Unicode scalar value. (Schemathesis once sent `"\u0085"`, which
+/// ECMA-262's `\S` matches and `str::trim` removes.)
+#[test]
+fn the_event_identifier_pattern_refuses_exactly_what_the_registration_refuses() {
+    use crate::axum::openapi::webhooks::EventIdentifier;
+    use crate::webhooks::registration::read_spec;
+    let pattern = jsonschema::validator_for(
+        &json!({ "type": "string", "pattern": EventIdentifier::pattern() }),
+    )
+    .expect("a valid pattern");
+    let found: Vec<String> = (0..=u32::from(char::MAX))
+        .filter_map(char::from_u32)
+        .filter(|&c| {
+            let body = json!({
+                "event_type": "WEBHOOK.CONVERTED",
+                "entity_type": "CONTACT",
+                "url": "https://hooks.example.com/in",
+                "http_method": "POST",
+                "event_identifiers": [c.to_string()],
+            });
+            let accepted = read_spec(body.to_string().as_bytes(), false, None).is_ok();
+            accepted != pattern.is_valid(&json!(c.to_string()))
+        })
+        .map(|c| format!("U+{:04X}", u32::from(c)))
+        .collect();
+    assert!(found.is_empty(), "{found:?}");
+    assert!(
+        !pattern.is_valid(&json!("\u{85}")),
+        "NEL is white space to the registration"
+    );
+}

@@ -127,12 +127,23 @@ impl PartialSchema for EventIdentifier {
             .schema_type(Type::String)
             .min_length(Some(1))
             .max_length(Some(255))
-            .pattern(Some("\\S"))
+            .pattern(Some(Self::pattern()))
             .into()
     }
 }
 
 impl ToSchema for EventIdentifier {}
+
+impl EventIdentifier {
+    /// One character that is not white space by Rust's `char::is_whitespace`,
+    /// what the registration's `str::trim` removes. Not ECMA-262's `\S`: its
+    /// white space holds U+FEFF and not U+0085 (NEL), so a fuzzer took
+    /// `"\u0085"` for an identifier the service then refused as blank.
+    pub(crate) fn pattern() -> &'static str {
+        static PATTERN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        PATTERN.get_or_init(|| format!("[^{}]", super::intake::char_class(char::is_whitespace)))
+    }
+}
 
 /// A webhook, never with its secret.
 #[derive(Debug, Deserialize, ToSchema)]
