@@ -39,6 +39,16 @@ const FINGERPRINT: &str = "Cg-Fingerprint";
 /// The header that holds when a submission's idempotency claim expires
 /// (Unix seconds).
 const EXPIRES_AT: &str = "Cg-Claim-Expires-At";
+/// The header that holds how many events a message carries, so that the
+/// feed can pass messages by from their headers alone
+/// ([`EventFeed::skip_after`]). A message written before it existed is
+/// counted from its body.
+const EVENT_COUNT: &str = "Cg-Events";
+/// The most messages one fetch of the feed asks for.
+const FETCH_MESSAGES: usize = 256;
+/// The most bytes one fetch of the feed asks for: a message is at most the
+/// server's `max_payload` (1 MiB by default), a batch's body at most 200 KiB.
+const FETCH_BYTES: usize = 8 << 20;
 
 /// How to reach and shape the stream.
 #[derive(Clone, Debug)]
@@ -325,6 +335,7 @@ impl EventSink for NatsEventSink {
         .map_err(|error| backend(ACTION, error))?;
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", message_id.as_str());
+        headers.insert(EVENT_COUNT, submission.events.len().to_string().as_str());
         if let Some(claim) = &submission.idempotency {
             headers.insert(FINGERPRINT, hex(&claim.fingerprint).as_str());
             headers.insert(
@@ -414,52 +425,220 @@ impl EventSink for NatsEventSink {
 /// The feed of the stream: messages in stream order (JetStream orders them
 /// as it stores them, so nothing commits behind a cursor), each message's
 /// events in turn. A cursor `js:SEQ:INDEX` is the last event read.
+///
+/// Both calls read the stream in bulk, through an ephemeral consumer that
+/// starts at the cursor's message and is deleted after one fetch; a call
+/// with nothing after the cursor asks only for the stream's last sequence.
+/// [`EventFeed::skip_after`] fetches headers only and counts each message's
+/// events from its `Cg-Events` header, so the webhook dispatcher passes the
+/// stream by without reading a payload while no webhook wants conversions.
 #[async_trait]
 impl EventFeed for NatsEventSink {
     async fn read_after(&self, cursor: &FeedCursor, limit: usize) -> Result<FeedPage, StoreError> {
-        const ACTION: &str = "read the event feed";
-        let (sequence, index) = js_position(cursor)?;
-        let last = {
-            let mut stream = self.stream.clone();
-            let info = tokio::time::timeout(self.options.timeout, stream.info())
-                .await
-                .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
-                .map_err(|error| backend(ACTION, error))?;
-            info.state.last_sequence
+        let walked = self.walk(cursor, limit, Read::Events).await?;
+        Ok(FeedPage::new(walked.events, walked.next))
+    }
+
+    async fn skip_after(
+        &self,
+        cursor: &FeedCursor,
+        limit: usize,
+    ) -> Result<(FeedCursor, usize), StoreError> {
+        let walked = self.walk(cursor, limit, Read::Counts).await?;
+        Ok((walked.next, walked.passed))
+    }
+}
+
+/// What a walk of the feed reads of each message.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// The events themselves.
+    Events,
+    /// How many there are: the headers, the body only of a message without
+    /// a `Cg-Events` header.
+    Counts,
+}
+
+/// Where a walk of the feed ended.
+struct Walked {
+    /// The events passed, when they were read.
+    events: Vec<RecordedEvent>,
+    /// How many events were passed.
+    passed: usize,
+    /// The cursor after them.
+    next: FeedCursor,
+}
+
+/// One message of a fetch: its stream sequence, how many events it holds,
+/// and those events when they were read.
+struct Fetched {
+    sequence: u64,
+    count: usize,
+    events: Vec<RecordedEvent>,
+}
+
+impl NatsEventSink {
+    /// Passes at most `limit` events after `cursor`, in stream order.
+    async fn walk(
+        &self,
+        cursor: &FeedCursor,
+        limit: usize,
+        read: Read,
+    ) -> Result<Walked, StoreError> {
+        let (cursor_message, read_up_to) = js_position(cursor)?;
+        let mut walked = Walked {
+            events: Vec::new(),
+            passed: 0,
+            next: cursor.clone(),
         };
-        // From the event after the cursor's: in its message, then on.
-        let (mut at_sequence, mut skip) = if sequence == 0 {
-            (1, 0)
-        } else {
-            (sequence, index + 1)
-        };
-        let mut events = Vec::new();
-        let mut last_read = None;
-        while events.len() < limit && at_sequence <= last {
-            if let Some(message) = self.message(at_sequence).await? {
-                let body: Message = serde_json::from_slice(&message.payload)
-                    .map_err(|error| backend(ACTION, error))?;
-                for (at, event) in body.events.into_iter().enumerate().skip(skip) {
-                    if events.len() == limit {
-                        break;
-                    }
-                    events.push(event);
-                    last_read = Some((at_sequence, at));
+        if limit == 0 {
+            return Ok(walked);
+        }
+        // From the cursor's own message, which may hold events after the
+        // one read (a cursor at the start names message 0, which none is).
+        let mut at = cursor_message.max(1);
+        let last = self.last_sequence().await?;
+        while walked.passed < limit && at <= last {
+            // Every message holds at least one event: asking for as many
+            // messages as events are wanted never reads one too few.
+            let messages = self.fetch(at, limit - walked.passed, read).await?;
+            let Some(fetched_last) = messages.last().map(|message| message.sequence) else {
+                break;
+            };
+            for message in messages {
+                let first = if message.sequence == cursor_message {
+                    read_up_to + 1
+                } else {
+                    0
+                };
+                let taken = message
+                    .count
+                    .saturating_sub(first)
+                    .min(limit - walked.passed);
+                if taken == 0 {
+                    continue;
+                }
+                walked.passed += taken;
+                walked.next =
+                    FeedCursor::new(format!("js:{}:{}", message.sequence, first + taken - 1));
+                walked
+                    .events
+                    .extend(message.events.into_iter().skip(first).take(taken));
+                if walked.passed == limit {
+                    break;
                 }
             }
-            if events.len() == limit {
-                break;
-            }
-            // A sequence with no message (deleted by the stream's limits)
-            // is passed over.
-            (at_sequence, skip) = (at_sequence + 1, 0);
+            at = fetched_last + 1;
         }
-        let next = match last_read {
-            Some((sequence, index)) => FeedCursor::new(format!("js:{sequence}:{index}")),
-            None => cursor.clone(),
-        };
-        Ok(FeedPage::new(events, next))
+        Ok(walked)
     }
+
+    /// The sequence of the stream's last message (0 while it has none).
+    async fn last_sequence(&self) -> Result<u64, StoreError> {
+        const ACTION: &str = "read the event feed";
+        let stream = self.stream.clone();
+        let info = tokio::time::timeout(self.options.timeout, stream.get_info())
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+            .map_err(|error| backend(ACTION, error))?;
+        Ok(info.state.last_sequence)
+    }
+
+    /// At most `want` messages from sequence `start` on (fewer if the
+    /// stream holds fewer, none for a sequence it deleted), through an
+    /// ephemeral consumer deleted after this one fetch.
+    async fn fetch(&self, start: u64, want: usize, read: Read) -> Result<Vec<Fetched>, StoreError> {
+        use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+        const ACTION: &str = "read the event feed";
+        let work = async {
+            let consumer = self
+                .stream
+                .create_consumer(pull::Config {
+                    deliver_policy: DeliverPolicy::ByStartSequence {
+                        start_sequence: start,
+                    },
+                    ack_policy: AckPolicy::None,
+                    headers_only: read == Read::Counts,
+                    // Deleted below; this bounds the life of one whose
+                    // reader went away between the two.
+                    inactive_threshold: Duration::from_secs(60),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|error| backend(ACTION, error))?;
+            let fetched = self.drain(&consumer, want, read).await;
+            // Best effort: a consumer left behind is removed by the server
+            // once inactive, and the messages were read either way.
+            let _ = self
+                .stream
+                .delete_consumer(&consumer.cached_info().name)
+                .await;
+            fetched
+        };
+        tokio::time::timeout(self.options.timeout, work)
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+    }
+
+    /// The messages of one fetch from `consumer`.
+    async fn drain(
+        &self,
+        consumer: &jetstream::consumer::Consumer<jetstream::consumer::pull::Config>,
+        want: usize,
+        read: Read,
+    ) -> Result<Vec<Fetched>, StoreError> {
+        use futures_util::StreamExt as _;
+        const ACTION: &str = "read the event feed";
+        let mut batch = consumer
+            .fetch()
+            .max_messages(want.min(FETCH_MESSAGES))
+            .max_bytes(FETCH_BYTES)
+            .messages()
+            .await
+            .map_err(|error| backend(ACTION, error))?;
+        let mut fetched = Vec::new();
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(|error| backend(ACTION, error))?;
+            let sequence = message
+                .info()
+                .map_err(|error| backend(ACTION, error))?
+                .stream_sequence;
+            let counted = message
+                .headers
+                .as_ref()
+                .and_then(|headers| headers.get(EVENT_COUNT))
+                .and_then(|count| count.as_str().parse().ok());
+            fetched.push(match (read, counted) {
+                (Read::Counts, Some(count)) => Fetched {
+                    sequence,
+                    count,
+                    events: Vec::new(),
+                },
+                (Read::Events, _) => events_of(sequence, &message.payload)?,
+                // Written before the header existed: its body tells.
+                (Read::Counts, None) => match self.message(sequence).await? {
+                    Some(whole) => Fetched {
+                        events: Vec::new(),
+                        ..events_of(sequence, &whole.payload)?
+                    },
+                    // Deleted since the fetch: nothing to pass there.
+                    None => continue,
+                },
+            });
+        }
+        Ok(fetched)
+    }
+}
+
+/// The events of message `sequence`, from its body.
+fn events_of(sequence: u64, payload: &[u8]) -> Result<Fetched, StoreError> {
+    let body: Message =
+        serde_json::from_slice(payload).map_err(|error| backend("read the event feed", error))?;
+    Ok(Fetched {
+        sequence,
+        count: body.events.len(),
+        events: body.events,
+    })
 }
 
 /// The sequence and event index in a cursor `js:SEQ:INDEX`; the start is

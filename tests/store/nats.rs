@@ -139,6 +139,138 @@ async fn a_batch_is_one_message_read_back_event_by_event() {
     stream.done().await;
 }
 
+/// Skipping reads the messages' headers only (the `Cg-Events` count) and
+/// passes exactly what reading passes, inside a batch's message too.
+#[tokio::test]
+async fn skipping_passes_batches_event_by_event_as_reading_does() {
+    let stream = TestStream::new().await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let mut events = Vec::new();
+    for size in [1, 3, 1, 4] {
+        let submission = EventSubmission {
+            events: (events.len()..events.len() + size)
+                .map(|n| event(account, n))
+                .collect(),
+            batch_uuid: (size > 1).then(|| random_uuid(&OsRandom)),
+            idempotency: None,
+        };
+        stream.sink.record(&submission).await.unwrap();
+        events.extend(submission.events);
+    }
+    let all = stream
+        .sink
+        .read_after(&FeedCursor::start(), 100)
+        .await
+        .unwrap();
+    assert_eq!(all.events, events, "every event, in order");
+    for from in 0..events.len() {
+        let start = FeedCursor::start();
+        let cursor = stream.sink.read_after(&start, from).await.unwrap().next;
+        for limit in 0..=events.len() - from + 1 {
+            let read = stream.sink.read_after(&cursor, limit).await.unwrap();
+            assert_eq!(
+                read.events,
+                events[from..(from + limit).min(events.len())],
+                "read {limit} after {from}"
+            );
+            let skipped = stream.sink.skip_after(&cursor, limit).await.unwrap();
+            assert_eq!(
+                skipped,
+                (read.next, read.events.len()),
+                "skip {limit} after {from}"
+            );
+        }
+    }
+    stream.done().await;
+}
+
+/// A message without the `Cg-Events` header (written before the sink set
+/// it) is counted from its body when skipped, and read as any other.
+#[tokio::test]
+async fn a_message_without_its_count_is_counted_from_its_body() {
+    let stream = TestStream::new().await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let old: Vec<RecordedEvent> = (0..2).map(|n| event(account, n)).collect();
+    let client = async_nats::connect(nats_url()).await.expect("connect");
+    let subject = format!(
+        "cgtest{}.{}",
+        &stream.name["CG_TEST_".len()..],
+        account.0.simple()
+    );
+    let body = serde_json::json!({ "batch_uuid": null, "events": old });
+    async_nats::jetstream::new(client)
+        .publish(subject, serde_json::to_vec(&body).unwrap().into())
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+    let new = EventSubmission {
+        events: vec![event(account, 2)],
+        batch_uuid: None,
+        idempotency: None,
+    };
+    stream.sink.record(&new).await.unwrap();
+    let read = stream
+        .sink
+        .read_after(&FeedCursor::start(), 10)
+        .await
+        .unwrap();
+    assert_eq!(read.events[..2], old);
+    assert_eq!(read.events[2..], new.events);
+    for limit in 1..=4 {
+        let read = stream
+            .sink
+            .read_after(&FeedCursor::start(), limit)
+            .await
+            .unwrap();
+        assert_eq!(
+            stream
+                .sink
+                .skip_after(&FeedCursor::start(), limit)
+                .await
+                .unwrap(),
+            (read.next, read.events.len()),
+            "limit {limit}"
+        );
+    }
+    stream.done().await;
+}
+
+/// One call reads past what one fetch asks for (256 messages), and stops
+/// at its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_long_read_spans_several_fetches() {
+    let stream = TestStream::new().await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let mut events = Vec::new();
+    for n in 0..600 {
+        let submission = EventSubmission {
+            events: vec![event(account, n)],
+            batch_uuid: None,
+            idempotency: None,
+        };
+        stream.sink.record(&submission).await.unwrap();
+        events.extend(submission.events);
+    }
+    let page = stream
+        .sink
+        .read_after(&FeedCursor::start(), 550)
+        .await
+        .unwrap();
+    assert_eq!(page.events, events[..550]);
+    let rest = stream.sink.read_after(&page.next, 1000).await.unwrap();
+    assert_eq!(rest.events, events[550..]);
+    assert_eq!(
+        stream
+            .sink
+            .skip_after(&FeedCursor::start(), 1000)
+            .await
+            .unwrap(),
+        (rest.next, 600)
+    );
+    stream.done().await;
+}
+
 #[tokio::test]
 async fn an_idempotency_key_replays_its_first_uuids_and_refuses_another_body() {
     let stream = TestStream::new().await;
