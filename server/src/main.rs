@@ -165,13 +165,11 @@ async fn start(args: &Args) -> Result<Started, String> {
         let sink = NatsEventSink::connect(url, options)
             .await
             .map_err(|error| format!("--events: {}", ErrorChain(&error)))?;
-        stores.events = Arc::new(sink);
-    }
-    if args.events.is_some() {
-        tracing::warn!(
-            "webhooks are delivered from the store's event feed; with --events the events \
-             go to NATS instead, and no webhook is called"
-        );
+        // The stream is the feed too: the webhook dispatcher follows it,
+        // keeping its cursor and the deliveries in the store.
+        let sink = Arc::new(sink);
+        stores.events = sink.clone();
+        stores.feed = sink;
     }
     let mut webhooks = WebhookOptions::over_http(args.webhooks_allow_private)
         .map_err(|error| format!("cannot build the webhook client: {}", ErrorChain(&error)))?;

@@ -1,7 +1,9 @@
 //! [`EventSink`] and [`EventFeed`] on a NATS JetStream stream (feature
 //! `nats`), for hosts that run many instances and hand events to a stream
 //! other systems consume. OAuth state, accounts and keys stay in a database
-//! store; only events go to the stream.
+//! store; only events go to the stream. The sink is the feed of the stream
+//! too: a host that sets [`Stores::feed`](crate::Stores::feed) to it has its
+//! webhooks called from the stream, as the service does with `--events`.
 //!
 //! One message per submission, so that a batch is stored whole or not at
 //! all: its JSON body is `{"batch_uuid", "events": [...]}` (each event as
@@ -9,7 +11,8 @@
 //! per account), or `PREFIX.ACCOUNT.KEYHASH` when the request carried an
 //! `Idempotency-Key`, so that the key's first message can be read back by
 //! its subject. A submission is acknowledged only after JetStream
-//! acknowledged it as stored (file storage).
+//! acknowledged it as stored (file storage). A `Cg-Events` header gives
+//! the number of events in the message.
 //!
 //! Idempotency rests on JetStream's de-duplication: every message carries
 //! a `Nats-Msg-Id` (the key's hash, or the first event's uuid), and the

@@ -3,11 +3,13 @@
 //! `examples/consumer.rs --events` follows the stream.
 
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::proxy::{Admit, Proxy};
 use crate::support::{Launch, conversion_body, example_binary};
+use crate::webhooks::{FAST, Receiver, email_of, register};
 
 fn nats_url() -> String {
     match std::env::var("NATS_URL") {
@@ -43,6 +45,54 @@ impl Drop for Stream {
         .join()
         .ok();
     }
+}
+
+/// With `--events`, the webhook dispatcher follows the stream: the
+/// conversions sent to JetStream after a webhook was registered are
+/// delivered to it, in order, and one sent before is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_delivered_from_the_stream() {
+    let url = nats_url();
+    let stream = Stream(format!(
+        "CG_SERVER_{}",
+        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
+    ));
+    let receiver = Receiver::start().await;
+    let mut flags = vec!["--events", &url, "--events-stream", &stream.0];
+    flags.extend(FAST);
+    let server = Launch::memory(&flags).start();
+    let before = server
+        .convert(&server.demo.api_key, &conversion_body("before@example.com"))
+        .await;
+    assert_eq!(before.status, 200, "{}", before.text());
+    let (access, _) = server.tokens().await;
+    let created = register(&server, &access, &receiver.url).await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    for n in 0..3 {
+        let reply = server
+            .convert(
+                &server.demo.api_key,
+                &conversion_body(&format!("after{n}@example.com")),
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    receiver
+        .wait_until(Duration::from_secs(10), |d| d.len() >= 3)
+        .await;
+    // Time for a delivery of the earlier conversion to show, were it sent.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let emails: Vec<String> = receiver.deliveries().iter().map(email_of).collect();
+    assert_eq!(
+        emails,
+        [
+            "after0@example.com",
+            "after1@example.com",
+            "after2@example.com"
+        ]
+    );
+    let (status, logs) = server.stop();
+    assert!(status.success(), "{status}: {logs}");
 }
 
 #[tokio::test]

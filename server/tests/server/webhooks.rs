@@ -141,14 +141,14 @@ impl Receiver {
 }
 
 /// The flags of a server that may call loopback receivers, retrying fast.
-const FAST: [&str; 3] = [
+pub(crate) const FAST: [&str; 3] = [
     "--webhooks-allow-private",
     "--webhook-retry-schedule",
     "0s,1s,1s,1s,1s,1s,1s,1s",
 ];
 
 /// Registers a webhook for `url` as the demo app: the answer.
-async fn register(server: &Server, access: &str, url: &str) -> crate::support::Reply {
+pub(crate) async fn register(server: &Server, access: &str, url: &str) -> crate::support::Reply {
     server
         .client()
         .post_json(
@@ -182,7 +182,7 @@ fn signed_by(received: &Received, secret: &str) -> bool {
         .any(|signature| signature == expected)
 }
 
-fn email_of(received: &Received) -> String {
+pub(crate) fn email_of(received: &Received) -> String {
     received.json()["contact"]["email"]
         .as_str()
         .unwrap()
