@@ -16,8 +16,8 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use conversion_gateway::{
-    DestinationRefused, HttpWebhookTransport, OutgoingRequest, SendOutcome, WebhookOptions,
-    WebhookTransport,
+    DestinationRefused, HttpWebhookTransport, MAX_ANSWER_BYTES, OutgoingRequest, SendOutcome,
+    WebhookOptions, WebhookTransport,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -306,8 +306,9 @@ async fn endless_receiver(framing: Framing) -> (SocketAddr, oneshot::Receiver<u6
     (address, written)
 }
 
-/// Reads a request's head and its `Content-Length` bytes of body.
-async fn read_request(stream: &mut TcpStream) {
+/// Reads a request's head and its `Content-Length` bytes of body; `false`
+/// if the connection ended (or failed) first.
+async fn read_request(stream: &mut TcpStream) -> bool {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     let mut wanted = None;
@@ -315,11 +316,11 @@ async fn read_request(stream: &mut TcpStream) {
         if let Some(wanted) = wanted
             && buffer.len() >= wanted
         {
-            return;
+            return true;
         }
-        let read = stream.read(&mut chunk).await.expect("the request");
+        let read = stream.read(&mut chunk).await.unwrap_or(0);
         if read == 0 {
-            return;
+            return false;
         }
         buffer.extend_from_slice(&chunk[..read]);
         if wanted.is_none()
@@ -363,6 +364,91 @@ async fn an_endless_answer_is_not_read_to_its_end() {
             .expect("the receiver saw the connection end")
             .expect("a count");
         assert!(written < 64 << 20, "{framing:?}: wrote {written} bytes");
+    }
+}
+
+/// A receiver on a raw socket that answers every request of every
+/// connection with `answer`, keeping connections open, and counts the
+/// connections it accepted.
+async fn keep_alive_receiver(answer: Vec<u8>) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let address = listener.local_addr().expect("its address");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                // Until the client closes it (a request of nothing).
+                while read_request(&mut stream).await {
+                    if stream.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (address, connections)
+}
+
+/// A 200 answer with a body of `length` bytes, declared or chunked (in
+/// 16 KiB chunks).
+fn answer_of(length: usize, framing: Framing) -> Vec<u8> {
+    match framing {
+        Framing::Declared => {
+            let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {length}\r\n\r\n");
+            answer.push_str(&"x".repeat(length));
+            answer.into_bytes()
+        }
+        Framing::Chunked => {
+            let mut answer = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_owned();
+            let mut left = length;
+            while left > 0 {
+                let size = left.min(16 * 1024);
+                answer.push_str(&format!("{size:x}\r\n{}\r\n", "x".repeat(size)));
+                left -= size;
+            }
+            answer.push_str("0\r\n\r\n");
+            answer.into_bytes()
+        }
+    }
+}
+
+/// An answer whose body ends within [`MAX_ANSWER_BYTES`] (exactly that
+/// many included) is read to its end, so the next delivery to the same
+/// receiver reuses the connection; a longer one closes it.
+#[tokio::test]
+async fn a_short_answer_is_read_to_its_end_and_the_connection_reused() {
+    let cases = [
+        (100, Framing::Declared, 1),
+        (MAX_ANSWER_BYTES, Framing::Declared, 1),
+        (MAX_ANSWER_BYTES, Framing::Chunked, 1),
+        (MAX_ANSWER_BYTES + 1, Framing::Declared, 2),
+        (MAX_ANSWER_BYTES + 1, Framing::Chunked, 2),
+    ];
+    for (length, framing, expected) in cases {
+        let (address, connections) = keep_alive_receiver(answer_of(length, framing)).await;
+        let transport = private();
+        for _ in 0..2 {
+            let outcome = transport
+                .post(&request(format!("http://{address}/in"), TIMEOUT))
+                .await;
+            assert_eq!(
+                outcome,
+                SendOutcome::Answered {
+                    status: 200,
+                    retry_after: None
+                },
+                "{length} bytes, {framing:?}"
+            );
+        }
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            expected,
+            "{length} bytes, {framing:?}: connections"
+        );
     }
 }
 
