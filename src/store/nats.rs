@@ -501,39 +501,52 @@ impl NatsEventSink {
         // one read (a cursor at the start names message 0, which none is).
         let mut at = cursor_message.max(1);
         let last = self.last_sequence().await?;
-        while walked.passed < limit && at <= last {
-            // Every message holds at least one event: asking for as many
-            // messages as events are wanted never reads one too few.
-            let messages = self.fetch(at, limit - walked.passed, read).await?;
-            let Some(fetched_last) = messages.last().map(|message| message.sequence) else {
-                break;
-            };
-            for message in messages {
-                let first = if message.sequence == cursor_message {
-                    read_up_to + 1
-                } else {
-                    0
-                };
-                let taken = message
-                    .count
-                    .saturating_sub(first)
-                    .min(limit - walked.passed);
-                if taken == 0 {
-                    continue;
-                }
-                walked.passed += taken;
-                walked.next =
-                    FeedCursor::new(format!("js:{}:{}", message.sequence, first + taken - 1));
-                walked
-                    .events
-                    .extend(message.events.into_iter().skip(first).take(taken));
-                if walked.passed == limit {
-                    break;
-                }
-            }
-            at = fetched_last + 1;
+        if at > last {
+            return Ok(walked);
         }
-        Ok(walked)
+        let consumer = self.consumer_from(at, read).await?;
+        let walking = async {
+            while walked.passed < limit && at <= last {
+                // Every message holds at least one event: asking for as many
+                // messages as events are wanted never reads one too few.
+                let messages = self.fetch(&consumer, limit - walked.passed, read).await?;
+                let Some(fetched_last) = messages.last().map(|message| message.sequence) else {
+                    break;
+                };
+                for message in messages {
+                    let first = if message.sequence == cursor_message {
+                        read_up_to + 1
+                    } else {
+                        0
+                    };
+                    let taken = message
+                        .count
+                        .saturating_sub(first)
+                        .min(limit - walked.passed);
+                    if taken == 0 {
+                        continue;
+                    }
+                    walked.passed += taken;
+                    walked.next =
+                        FeedCursor::new(format!("js:{}:{}", message.sequence, first + taken - 1));
+                    walked
+                        .events
+                        .extend(message.events.into_iter().skip(first).take(taken));
+                    if walked.passed == limit {
+                        break;
+                    }
+                }
+                at = fetched_last + 1;
+            }
+            Ok::<(), StoreError>(())
+        };
+        let walked_through = walking.await;
+        // Best effort: a consumer left behind is removed by the server once
+        // inactive, and the messages were read either way.
+        let name = consumer.cached_info().name.clone();
+        let _ =
+            tokio::time::timeout(self.options.timeout, self.stream.delete_consumer(&name)).await;
+        walked_through.map(|()| walked)
     }
 
     /// The sequence of the stream's last message (0 while it has none).
@@ -547,44 +560,36 @@ impl NatsEventSink {
         Ok(info.state.last_sequence)
     }
 
-    /// At most `want` messages from sequence `start` on (fewer if the
-    /// stream holds fewer, none for a sequence it deleted), through an
-    /// ephemeral consumer deleted after this one fetch.
-    async fn fetch(&self, start: u64, want: usize, read: Read) -> Result<Vec<Fetched>, StoreError> {
+    /// An ephemeral consumer of the stream from sequence `start` on, for
+    /// one walk: no acknowledgements, headers only when only the counts
+    /// are read.
+    async fn consumer_from(
+        &self,
+        start: u64,
+        read: Read,
+    ) -> Result<jetstream::consumer::Consumer<jetstream::consumer::pull::Config>, StoreError> {
         use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
         const ACTION: &str = "read the event feed";
-        let work = async {
-            let consumer = self
-                .stream
-                .create_consumer(pull::Config {
-                    deliver_policy: DeliverPolicy::ByStartSequence {
-                        start_sequence: start,
-                    },
-                    ack_policy: AckPolicy::None,
-                    headers_only: read == Read::Counts,
-                    // Deleted below; this bounds the life of one whose
-                    // reader went away between the two.
-                    inactive_threshold: Duration::from_secs(60),
-                    ..Default::default()
-                })
-                .await
-                .map_err(|error| backend(ACTION, error))?;
-            let fetched = self.drain(&consumer, want, read).await;
-            // Best effort: a consumer left behind is removed by the server
-            // once inactive, and the messages were read either way.
-            let _ = self
-                .stream
-                .delete_consumer(&consumer.cached_info().name)
-                .await;
-            fetched
-        };
-        tokio::time::timeout(self.options.timeout, work)
+        let created = self.stream.create_consumer(pull::Config {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            },
+            ack_policy: AckPolicy::None,
+            headers_only: read == Read::Counts,
+            // Deleted after the walk; this bounds the life of one whose
+            // reader went away before.
+            inactive_threshold: Duration::from_secs(60),
+            ..Default::default()
+        });
+        tokio::time::timeout(self.options.timeout, created)
             .await
             .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+            .map_err(|error| backend(ACTION, error))
     }
 
-    /// The messages of one fetch from `consumer`.
-    async fn drain(
+    /// The next messages of `consumer`, at most `want` of them (fewer if
+    /// the stream holds fewer; none for a sequence it deleted).
+    async fn fetch(
         &self,
         consumer: &jetstream::consumer::Consumer<jetstream::consumer::pull::Config>,
         want: usize,
@@ -592,44 +597,49 @@ impl NatsEventSink {
     ) -> Result<Vec<Fetched>, StoreError> {
         use futures_util::StreamExt as _;
         const ACTION: &str = "read the event feed";
-        let mut batch = consumer
-            .fetch()
-            .max_messages(want.min(FETCH_MESSAGES))
-            .max_bytes(FETCH_BYTES)
-            .messages()
-            .await
-            .map_err(|error| backend(ACTION, error))?;
-        let mut fetched = Vec::new();
-        while let Some(message) = batch.next().await {
-            let message = message.map_err(|error| backend(ACTION, error))?;
-            let sequence = message
-                .info()
-                .map_err(|error| backend(ACTION, error))?
-                .stream_sequence;
-            let counted = message
-                .headers
-                .as_ref()
-                .and_then(|headers| headers.get(EVENT_COUNT))
-                .and_then(|count| count.as_str().parse().ok());
-            fetched.push(match (read, counted) {
-                (Read::Counts, Some(count)) => Fetched {
-                    sequence,
-                    count,
-                    events: Vec::new(),
-                },
-                (Read::Events, _) => events_of(sequence, &message.payload)?,
-                // Written before the header existed: its body tells.
-                (Read::Counts, None) => match self.message(sequence).await? {
-                    Some(whole) => Fetched {
+        let work = async {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(want.min(FETCH_MESSAGES))
+                .max_bytes(FETCH_BYTES)
+                .messages()
+                .await
+                .map_err(|error| backend(ACTION, error))?;
+            let mut fetched = Vec::new();
+            while let Some(message) = batch.next().await {
+                let message = message.map_err(|error| backend(ACTION, error))?;
+                let sequence = message
+                    .info()
+                    .map_err(|error| backend(ACTION, error))?
+                    .stream_sequence;
+                let counted = message
+                    .headers
+                    .as_ref()
+                    .and_then(|headers| headers.get(EVENT_COUNT))
+                    .and_then(|count| count.as_str().parse().ok());
+                fetched.push(match (read, counted) {
+                    (Read::Counts, Some(count)) => Fetched {
+                        sequence,
+                        count,
                         events: Vec::new(),
-                        ..events_of(sequence, &whole.payload)?
                     },
-                    // Deleted since the fetch: nothing to pass there.
-                    None => continue,
-                },
-            });
-        }
-        Ok(fetched)
+                    (Read::Events, _) => events_of(sequence, &message.payload)?,
+                    // Written before the header existed: its body tells.
+                    (Read::Counts, None) => match self.message(sequence).await? {
+                        Some(whole) => Fetched {
+                            events: Vec::new(),
+                            ..events_of(sequence, &whole.payload)?
+                        },
+                        // Deleted since the fetch: nothing to pass there.
+                        None => continue,
+                    },
+                });
+            }
+            Ok(fetched)
+        };
+        tokio::time::timeout(self.options.timeout, work)
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
     }
 }
 
