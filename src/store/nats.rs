@@ -430,8 +430,9 @@ impl EventSink for NatsEventSink {
 /// events in turn. A cursor `js:SEQ:INDEX` is the last event read.
 ///
 /// Both calls read the stream in bulk, through an ephemeral consumer that
-/// starts at the cursor's message and is deleted after one fetch; a call
-/// with nothing after the cursor asks only for the stream's last sequence.
+/// starts at the cursor's message and is deleted after the call; a call
+/// with nothing after the cursor asks only for the stream's last sequence
+/// (and, when the cursor is in that message, for the message).
 /// [`EventFeed::skip_after`] fetches headers only and counts each message's
 /// events from its `Cg-Events` header, so the webhook dispatcher passes the
 /// stream by without reading a payload while no webhook wants conversions.
@@ -503,6 +504,18 @@ impl NatsEventSink {
         let last = self.last_sequence().await?;
         if at > last {
             return Ok(walked);
+        }
+        if at == last && cursor_message == last {
+            // The cursor is in the stream's last message, where a caller
+            // that keeps up waits: its count alone tells whether anything
+            // is left, without opening a consumer for it.
+            let left = match self.message(last).await? {
+                Some(message) => count_in(&message)? > read_up_to + 1,
+                None => false,
+            };
+            if !left {
+                return Ok(walked);
+            }
         }
         let consumer = self.consumer_from(at, read).await?;
         let walking = async {
@@ -627,8 +640,9 @@ impl NatsEventSink {
                     // Written before the header existed: its body tells.
                     (Read::Counts, None) => match self.message(sequence).await? {
                         Some(whole) => Fetched {
+                            sequence,
+                            count: count_in(&whole)?,
                             events: Vec::new(),
-                            ..events_of(sequence, &whole.payload)?
                         },
                         // Deleted since the fetch: nothing to pass there.
                         None => continue,
@@ -640,6 +654,18 @@ impl NatsEventSink {
         tokio::time::timeout(self.options.timeout, work)
             .await
             .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+    }
+}
+
+/// How many events `message` holds: its `Cg-Events` header, or its body.
+fn count_in(message: &jetstream::message::StreamMessage) -> Result<usize, StoreError> {
+    match message
+        .headers
+        .get(EVENT_COUNT)
+        .and_then(|count| count.as_str().parse().ok())
+    {
+        Some(count) => Ok(count),
+        None => events_of(message.sequence, &message.payload).map(|fetched| fetched.count),
     }
 }
 

@@ -204,6 +204,19 @@ async fn a_message_without_its_count_is_counted_from_its_body() {
         .expect("publish")
         .await
         .expect("stored");
+    // A cursor inside it while it is the stream's last message: its body
+    // tells that one event is left.
+    let start = FeedCursor::start();
+    let first = stream.sink.read_after(&start, 1).await.unwrap();
+    assert_eq!(first.events, old[..1]);
+    let rest = stream.sink.read_after(&first.next, 10).await.unwrap();
+    assert_eq!(rest.events, old[1..]);
+    assert_eq!(
+        stream.sink.skip_after(&first.next, 10).await.unwrap(),
+        (rest.next.clone(), 1)
+    );
+    let none = stream.sink.skip_after(&rest.next, 10).await.unwrap();
+    assert_eq!(none, (rest.next, 0));
     let new = EventSubmission {
         events: vec![event(account, 2)],
         batch_uuid: None,
