@@ -16,8 +16,8 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use conversion_gateway::{
-    DestinationRefused, HttpWebhookTransport, MAX_ANSWER_BYTES, OutgoingRequest, SendOutcome,
-    WebhookOptions, WebhookTransport,
+    DestinationRefused, HttpWebhookTransport, OutgoingRequest, SendOutcome, WebhookOptions,
+    WebhookTransport,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -152,6 +152,7 @@ async fn a_2xx_answer_comes_back_and_the_receiver_gets_the_exact_request() {
         }
     );
     assert!(outcome.succeeded(), "{outcome:?}");
+    assert_eq!(outcome.error(), None, "a 2xx is no failure");
 
     let seen = received.try_recv().expect("the receiver got the delivery");
     assert_eq!(seen.method, Method::POST);
@@ -229,6 +230,11 @@ async fn a_redirect_is_the_answer_and_its_target_gets_nothing() {
             status: 302,
             retry_after: None
         }
+    );
+    assert!(!outcome.succeeded());
+    assert_eq!(
+        outcome.error().as_deref(),
+        Some("redirect (302), not followed")
     );
     assert!(received.try_recv().is_ok(), "the receiver got the delivery");
     // A followed redirect would have been sent before `post` returned.
@@ -416,11 +422,14 @@ fn answer_of(length: usize, framing: Framing) -> Vec<u8> {
     }
 }
 
-/// An answer whose body ends within [`MAX_ANSWER_BYTES`] (exactly that
-/// many included) is read to its end, so the next delivery to the same
-/// receiver reuses the connection; a longer one closes it.
+/// An answer whose body ends within 64 KiB (docs/webhooks.md: "at most
+/// 64 KiB of an answer is read"; exactly that many included) is read to
+/// its end, so the next delivery to the same receiver reuses the
+/// connection; a longer one closes it.
 #[tokio::test]
 async fn a_short_answer_is_read_to_its_end_and_the_connection_reused() {
+    const MAX_ANSWER_BYTES: usize = 64 * 1024;
+    assert_eq!(conversion_gateway::MAX_ANSWER_BYTES, MAX_ANSWER_BYTES);
     let cases = [
         (100, Framing::Declared, 1),
         (MAX_ANSWER_BYTES, Framing::Declared, 1),
