@@ -112,6 +112,26 @@ pub trait EventFeed: Send + Sync {
         }
         Ok((at, passed))
     }
+
+    /// A cursor past the events committed after `cursor`, and how many it
+    /// passed, for a consumer with nothing to do for any of them (the
+    /// webhook dispatcher while no webhook wants conversions). Unlike
+    /// [`EventFeed::skip_after`] it need not count each event, so a store
+    /// that can find its end cheaply jumps there: the JetStream sink reads
+    /// its last message alone, and counts the messages it moved past (a
+    /// batch is one). The same guarantee as `read_after`: no event that
+    /// commits later is passed. The default is
+    /// [`EventFeed::skip_after`]`(cursor, limit)`, exact and at most `limit`.
+    ///
+    /// # Errors
+    /// As [`EventFeed::read_after`].
+    async fn pass_by(
+        &self,
+        cursor: &FeedCursor,
+        limit: usize,
+    ) -> Result<(FeedCursor, usize), StoreError> {
+        self.skip_after(cursor, limit).await
+    }
 }
 
 /// The position in a cursor of the form `PREFIX:N`, for the stores that

@@ -451,6 +451,38 @@ impl EventFeed for NatsEventSink {
         let walked = self.walk(cursor, limit, Read::Counts).await?;
         Ok((walked.next, walked.passed))
     }
+
+    /// To the end of the stream, whatever `limit`: its last sequence, then
+    /// its last message for the number of events in it (two requests,
+    /// however many messages are passed). The number passed is the
+    /// messages moved past, each counted once (the cursor's own message
+    /// counts its events left).
+    async fn pass_by(
+        &self,
+        cursor: &FeedCursor,
+        limit: usize,
+    ) -> Result<(FeedCursor, usize), StoreError> {
+        let (cursor_message, read_up_to) = js_position(cursor)?;
+        let last = self.last_sequence().await?;
+        if last < cursor_message.max(1) {
+            return Ok((cursor.clone(), 0));
+        }
+        let Some(message) = self.message(last).await? else {
+            // Deleted between the two requests (the stream's limits): pass
+            // by counting instead.
+            return self.skip_after(cursor, limit).await;
+        };
+        let count = count_in(&message)?;
+        let passed = if last > cursor_message {
+            usize::try_from(last - cursor_message).unwrap_or(usize::MAX)
+        } else {
+            count.saturating_sub(read_up_to + 1)
+        };
+        if passed == 0 || count == 0 {
+            return Ok((cursor.clone(), 0));
+        }
+        Ok((FeedCursor::new(format!("js:{last}:{}", count - 1)), passed))
+    }
 }
 
 /// What a walk of the feed reads of each message.

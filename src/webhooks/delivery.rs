@@ -63,7 +63,9 @@ impl Gateway {
     /// atomic step. Returns how many events it passed (0: none waiting, or
     /// another dispatcher passed them first). While no active webhook wants
     /// conversions it reads none, and passes up to `page` or [`SKIP_PAGE`],
-    /// whichever is larger, by their positions alone.
+    /// whichever is larger, by their positions alone
+    /// ([`EventFeed::pass_by`](crate::EventFeed::pass_by): a feed that can jump to its end, the
+    /// JetStream sink's, passes everything, and counts messages).
     ///
     /// A conversion goes to every active `WEBHOOK.CONVERTED` webhook of its
     /// account that was registered by the time the conversion was received
@@ -75,11 +77,7 @@ impl Gateway {
     pub async fn dispatch_webhook_deliveries(&self, page: usize) -> Result<usize, StoreError> {
         let from = self.stores.webhooks.dispatch_cursor().await?;
         if !self.any_webhook_wants_conversions().await? {
-            let (next, passed) = self
-                .stores
-                .feed
-                .skip_after(&from, page.max(SKIP_PAGE))
-                .await?;
+            let (next, passed) = self.stores.feed.pass_by(&from, page.max(SKIP_PAGE)).await?;
             // Asked again after the feed was read, as the path below lists
             // webhooks after reading the events: a webhook registered in
             // between is not passed by.

@@ -184,6 +184,55 @@ async fn skipping_passes_batches_event_by_event_as_reading_does() {
     stream.done().await;
 }
 
+/// Passing by jumps to the end of the stream in two requests, whatever
+/// the limit, and counts the messages it moved past; inside the last
+/// message it counts the events left there.
+#[tokio::test]
+async fn passing_by_jumps_to_the_end_and_counts_messages() {
+    let stream = TestStream::new().await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let start = FeedCursor::start();
+    assert_eq!(
+        stream.sink.pass_by(&start, 10).await.unwrap(),
+        (start.clone(), 0),
+        "an empty stream"
+    );
+    let mut n = 0;
+    for size in [2, 1, 3] {
+        let submission = EventSubmission {
+            events: (n..n + size).map(|n| event(account, n)).collect(),
+            batch_uuid: (size > 1).then(|| random_uuid(&OsRandom)),
+            idempotency: None,
+        };
+        stream.sink.record(&submission).await.unwrap();
+        n += size;
+    }
+    let all = stream.sink.read_after(&start, 100).await.unwrap();
+    assert_eq!(all.events.len(), 6);
+    assert_eq!(
+        stream.sink.pass_by(&start, 1).await.unwrap(),
+        (all.next.clone(), 3),
+        "three messages, to the end, past the limit"
+    );
+    let one = stream.sink.read_after(&start, 1).await.unwrap();
+    assert_eq!(
+        stream.sink.pass_by(&one.next, 100).await.unwrap(),
+        (all.next.clone(), 2),
+        "from inside the first message: two messages on"
+    );
+    let four = stream.sink.read_after(&start, 4).await.unwrap();
+    assert_eq!(
+        stream.sink.pass_by(&four.next, 100).await.unwrap(),
+        (all.next.clone(), 2),
+        "inside the last message: the two events left in it"
+    );
+    assert_eq!(
+        stream.sink.pass_by(&all.next, 100).await.unwrap(),
+        (all.next.clone(), 0)
+    );
+    stream.done().await;
+}
+
 /// A message without the `Cg-Events` header (written before the sink set
 /// it) is counted from its body when skipped, and read as any other.
 #[tokio::test]

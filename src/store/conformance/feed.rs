@@ -124,6 +124,22 @@ pub(super) async fn check_feed_order(sink: &dyn EventSink, feed: &dyn EventFeed)
         (end.clone(), 0),
         "nothing to skip at the end: the cursor stays"
     );
+    // Passing by, without counting: where reading everything ends.
+    let (passed_to, passed) = feed.pass_by(&before, 100_000).await.expect("pass_by");
+    assert_eq!(passed_to, end, "pass_by ends where reading everything does");
+    assert!(passed >= 1, "pass_by counts what it passed: {passed}");
+    assert_eq!(
+        feed.pass_by(&end, 100_000).await.expect("pass_by"),
+        (end.clone(), 0),
+        "nothing to pass at the end: the cursor stays"
+    );
+    let foreign = feed
+        .pass_by(&FeedCursor::new("someone-else:cursor"), 10)
+        .await;
+    assert!(
+        matches!(foreign, Err(StoreError::Rejected { .. })),
+        "pass_by: a cursor the store did not write is Rejected, got {foreign:?}"
+    );
     let foreign = feed
         .skip_after(&FeedCursor::new("someone-else:cursor"), 10)
         .await;
