@@ -657,11 +657,7 @@ impl NatsEventSink {
                     .info()
                     .map_err(|error| backend(ACTION, error))?
                     .stream_sequence;
-                let counted = message
-                    .headers
-                    .as_ref()
-                    .and_then(|headers| headers.get(EVENT_COUNT))
-                    .and_then(|count| count.as_str().parse().ok());
+                let counted = message.headers.as_ref().and_then(counted_events);
                 fetched.push(match (read, counted) {
                     (Read::Counts, Some(count)) => Fetched {
                         sequence,
@@ -689,13 +685,16 @@ impl NatsEventSink {
     }
 }
 
-/// How many events `message` holds: its `Cg-Events` header, or its body.
-fn count_in(message: &jetstream::message::StreamMessage) -> Result<usize, StoreError> {
-    match message
-        .headers
+/// The number of events a message's `Cg-Events` header gives, if it has one.
+fn counted_events(headers: &HeaderMap) -> Option<usize> {
+    headers
         .get(EVENT_COUNT)
         .and_then(|count| count.as_str().parse().ok())
-    {
+}
+
+/// How many events `message` holds: its `Cg-Events` header, or its body.
+fn count_in(message: &jetstream::message::StreamMessage) -> Result<usize, StoreError> {
+    match counted_events(&message.headers) {
         Some(count) => Ok(count),
         None => events_of(message.sequence, &message.payload).map(|fetched| fetched.count),
     }

@@ -73,6 +73,28 @@ fn event(account: AccountId, n: usize) -> RecordedEvent {
     }
 }
 
+/// Records one submission of each size in `sizes` (a batch when over one
+/// event), numbering the events on: every event recorded, in order.
+async fn record_sizes(
+    sink: &NatsEventSink,
+    account: AccountId,
+    sizes: impl IntoIterator<Item = usize>,
+) -> Vec<RecordedEvent> {
+    let mut events = Vec::new();
+    for size in sizes {
+        let submission = EventSubmission {
+            events: (events.len()..events.len() + size)
+                .map(|n| event(account, n))
+                .collect(),
+            batch_uuid: (size > 1).then(|| random_uuid(&OsRandom)),
+            idempotency: None,
+        };
+        sink.record(&submission).await.unwrap();
+        events.extend(submission.events);
+    }
+    events
+}
+
 fn claim(account: AccountId, key: &str, fingerprint: u8) -> IdempotencyClaim {
     let now = datetime!(2026-03-01 12:00 UTC);
     IdempotencyClaim {
@@ -145,18 +167,7 @@ async fn a_batch_is_one_message_read_back_event_by_event() {
 async fn skipping_passes_batches_event_by_event_as_reading_does() {
     let stream = TestStream::new().await;
     let account = AccountId(random_uuid(&OsRandom));
-    let mut events = Vec::new();
-    for size in [1, 3, 1, 4] {
-        let submission = EventSubmission {
-            events: (events.len()..events.len() + size)
-                .map(|n| event(account, n))
-                .collect(),
-            batch_uuid: (size > 1).then(|| random_uuid(&OsRandom)),
-            idempotency: None,
-        };
-        stream.sink.record(&submission).await.unwrap();
-        events.extend(submission.events);
-    }
+    let events = record_sizes(&stream.sink, account, [1, 3, 1, 4]).await;
     let all = stream
         .sink
         .read_after(&FeedCursor::start(), 100)
@@ -197,16 +208,7 @@ async fn passing_by_jumps_to_the_end_and_counts_messages() {
         (start.clone(), 0),
         "an empty stream"
     );
-    let mut n = 0;
-    for size in [2, 1, 3] {
-        let submission = EventSubmission {
-            events: (n..n + size).map(|n| event(account, n)).collect(),
-            batch_uuid: (size > 1).then(|| random_uuid(&OsRandom)),
-            idempotency: None,
-        };
-        stream.sink.record(&submission).await.unwrap();
-        n += size;
-    }
+    record_sizes(&stream.sink, account, [2, 1, 3]).await;
     let all = stream.sink.read_after(&start, 100).await.unwrap();
     assert_eq!(all.events.len(), 6);
     assert_eq!(
@@ -304,16 +306,7 @@ async fn a_message_without_its_count_is_counted_from_its_body() {
 async fn a_long_read_spans_several_fetches() {
     let stream = TestStream::new().await;
     let account = AccountId(random_uuid(&OsRandom));
-    let mut events = Vec::new();
-    for n in 0..600 {
-        let submission = EventSubmission {
-            events: vec![event(account, n)],
-            batch_uuid: None,
-            idempotency: None,
-        };
-        stream.sink.record(&submission).await.unwrap();
-        events.extend(submission.events);
-    }
+    let events = record_sizes(&stream.sink, account, [1; 600]).await;
     let page = stream
         .sink
         .read_after(&FeedCursor::start(), 550)

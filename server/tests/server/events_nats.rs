@@ -26,6 +26,14 @@ fn nats_url() -> String {
 /// Deletes the stream when dropped.
 struct Stream(String);
 
+impl Stream {
+    /// A stream name of its own: `PREFIX_` and a fresh UUID.
+    fn fresh(prefix: &str) -> Self {
+        let id = conversion_gateway::random_uuid(&conversion_gateway::OsRandom);
+        Self(format!("{prefix}_{}", id.simple()))
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         let name = self.0.clone();
@@ -53,10 +61,7 @@ impl Drop for Stream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_are_delivered_from_the_stream() {
     let url = nats_url();
-    let stream = Stream(format!(
-        "CG_SERVER_{}",
-        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
-    ));
+    let stream = Stream::fresh("CG_SERVER");
     let receiver = Receiver::start().await;
     let mut flags = vec!["--events", &url, "--events-stream", &stream.0];
     flags.extend(FAST);
@@ -100,10 +105,7 @@ async fn webhooks_are_delivered_from_the_stream() {
 #[tokio::test]
 async fn events_go_to_jetstream_and_the_consumer_reads_them_back() {
     let url = nats_url();
-    let stream = Stream(format!(
-        "CG_SERVER_{}",
-        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
-    ));
+    let stream = Stream::fresh("CG_SERVER");
     let server = Launch::memory(&["--events", &url, "--events-stream", &stream.0]).start();
     let mut sent = Vec::new();
     for n in 0..2 {
@@ -265,10 +267,7 @@ async fn burst(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_acknowledged_event_is_in_the_stream_after_the_server_is_killed_halfway() {
     let url = nats_url();
-    let stream = Stream(format!(
-        "CG_KILL_{}",
-        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
-    ));
+    let stream = Stream::fresh("CG_KILL");
     let server = std::sync::Arc::new(
         Launch::memory(&["--events", &url, "--events-stream", &stream.0]).start(),
     );
@@ -301,10 +300,7 @@ async fn every_acknowledged_event_is_in_the_stream_after_the_server_is_killed_ha
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_acknowledged_event_is_in_the_stream_after_nats_connections_drop() {
     let url = nats_url();
-    let stream = Stream(format!(
-        "CG_DROP_{}",
-        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
-    ));
+    let stream = Stream::fresh("CG_DROP");
     let proxy = Proxy::start(url.trim_start_matches("nats://")).await;
     let server = Launch::memory(&[
         "--events",
@@ -345,10 +341,7 @@ async fn every_acknowledged_event_is_in_the_stream_after_nats_connections_drop()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_jetstream_is_answered_503_fast_and_intake_resumes() {
     let url = nats_url();
-    let stream = Stream(format!(
-        "CG_DOWN_{}",
-        conversion_gateway::random_uuid(&conversion_gateway::OsRandom).simple()
-    ));
+    let stream = Stream::fresh("CG_DOWN");
     let proxy = Proxy::start(url.trim_start_matches("nats://")).await;
     let server = Launch::memory(&[
         "--events",
