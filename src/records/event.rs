@@ -63,8 +63,8 @@ pub struct RecordedEvent {
 ///
 /// Two payloads are equal when they hold the same JSON object, whatever the
 /// order of its members or the spacing: payloads PostgreSQL stored as
-/// `jsonb` (before its migration 7, which keeps them as `json` text) come
-/// back with their members reordered.
+/// `jsonb` (before its migration 7; it now keeps them as text) come back
+/// with their members reordered.
 #[derive(Clone)]
 pub struct EventPayload(Arc<str>);
 

@@ -626,7 +626,7 @@ async fn data_the_database_refuses_is_rejected_not_a_retryable_outage() {
                 store.find_event(good.event_uuid).await.expect("find"),
                 Some(good)
             );
-            // The payload is JSON text (`json`, migration 7): an escaped
+            // The payload is JSON text (`text`, migration 10): an escaped
             // U+0000 in it, which `jsonb` refused, is kept as written.
             let mut in_payload = event(account, 3);
             let mut payload = in_payload.payload.to_value();
@@ -994,16 +994,93 @@ async fn the_feed_waits_for_a_transaction_that_numbered_its_event_earlier() {
     .await;
 }
 
-/// The schema as the releases before migration 7 left it: migrations 1
-/// to 6, as they shipped.
-const SHIPPED_BEFORE_JSON_TEXT: [&str; 6] = [
+/// The migrations as they shipped, in order: `SHIPPED[..n]` is the schema
+/// a release that ran migrations 1 to `n` left behind.
+const SHIPPED: [&str; 9] = [
     include_str!("../../migrations/postgres/0001_initial.sql"),
     include_str!("../../migrations/postgres/0002_idempotency_scope.sql"),
     include_str!("../../migrations/postgres/0003_purge_indexes.sql"),
     include_str!("../../migrations/postgres/0004_adaptive_refresh.sql"),
     include_str!("../../migrations/postgres/0005_client_lifecycle.sql"),
     include_str!("../../migrations/postgres/0006_event_feed.sql"),
+    include_str!("../../migrations/postgres/0007_event_json_text.sql"),
+    include_str!("../../migrations/postgres/0008_drop_events_by_account.sql"),
+    include_str!("../../migrations/postgres/0009_webhooks.sql"),
 ];
+
+/// Brings the empty schema of `pool` to what a release that ran the first
+/// `migrations` of [`SHIPPED`] left, its versions recorded as the store
+/// records them.
+async fn migrated_as_shipped(pool: &PgPool, migrations: usize) {
+    sqlx::raw_sql(
+        "CREATE TABLE schema_version (
+             version     BIGINT      PRIMARY KEY,
+             applied_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+         )",
+    )
+    .execute(pool)
+    .await
+    .expect("the version table");
+    for (version, sql) in (1_i64..).zip(&SHIPPED[..migrations]) {
+        sqlx::raw_sql(sql)
+            .execute(pool)
+            .await
+            .expect("a shipped migration");
+        sqlx::query("INSERT INTO schema_version (version) VALUES ($1)")
+            .bind(version)
+            .execute(pool)
+            .await
+            .expect("its version");
+    }
+}
+
+/// Stores `event` as a release before migration 10 did, its payload and
+/// channel cast to `column_type` (`jsonb` before migration 7, `json` after).
+async fn insert_as_released(pool: &PgPool, event: &RecordedEvent, column_type: &str) {
+    sqlx::query(&format!(
+        "INSERT INTO events
+             (event_uuid, account_id, received_at, event_type, event_family,
+              conversion_identifier, email, payload, channel)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8::{column_type}, $9::{column_type})"
+    ))
+    .bind(event.event_uuid)
+    .bind(event.account_id.0)
+    .bind(event.received_at)
+    .bind(&event.event_type)
+    .bind(&event.event_family)
+    .bind(&event.conversion_identifier)
+    .bind(&event.email)
+    .bind(event.payload.as_str())
+    .bind(serde_json::to_string(&event.channel).expect("the channel's JSON"))
+    .execute(pool)
+    .await
+    .expect("an event as an earlier release stored it");
+}
+
+/// The types of the events' `payload` and `channel` columns in `schema`.
+async fn event_json_column_types(pool: &PgPool, schema: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT data_type::text FROM information_schema.columns
+         WHERE table_schema = $1 AND table_name = 'events'
+           AND column_name IN ('payload', 'channel')",
+    )
+    .bind(schema)
+    .fetch_all(pool)
+    .await
+    .expect("the column types")
+}
+
+/// An event whose payload's members are in no sorted order, with spaces:
+/// the text a validator might write, which a round trip through a `Value`
+/// (or `jsonb`) would change.
+fn event_with_unsorted_payload(account: AccountId, n: usize) -> RecordedEvent {
+    let mut event = event(account, n);
+    event.payload = EventPayload::from_json_text(format!(
+        r#"{{"tags": ["x"], "email": "lead{n}@example.com", "conversion_identifier": "pg-{n}"}}"#
+    ))
+    .expect("JSON");
+    event
+}
 
 /// An upgrade loses nothing: events stored as `jsonb` before migration 7
 /// read back as the same events after it (their payload's members in
@@ -1013,50 +1090,14 @@ const SHIPPED_BEFORE_JSON_TEXT: [&str; 6] = [
 async fn events_stored_as_jsonb_read_back_the_same_after_the_upgrade() {
     in_schema(|schema| async move {
         let pool = schema.pool().await;
-        sqlx::raw_sql(
-            "CREATE TABLE schema_version (
-                 version     BIGINT      PRIMARY KEY,
-                 applied_at  TIMESTAMPTZ NOT NULL DEFAULT now()
-             )",
-        )
-        .execute(&pool)
-        .await
-        .expect("the version table");
-        for (version, sql) in (1_i64..).zip(SHIPPED_BEFORE_JSON_TEXT) {
-            sqlx::raw_sql(sql)
-                .execute(&pool)
-                .await
-                .expect("a shipped migration");
-            sqlx::query("INSERT INTO schema_version (version) VALUES ($1)")
-                .bind(version)
-                .execute(&pool)
-                .await
-                .expect("its version");
-        }
+        migrated_as_shipped(&pool, 6).await;
         let account = AccountId(random_uuid(&OsRandom));
         let before = event(account, 0);
-        sqlx::query(
-            "INSERT INTO events
-                 (event_uuid, account_id, received_at, event_type, event_family,
-                  conversion_identifier, email, payload, channel)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb)",
-        )
-        .bind(before.event_uuid)
-        .bind(before.account_id.0)
-        .bind(before.received_at)
-        .bind(&before.event_type)
-        .bind(&before.event_family)
-        .bind(&before.conversion_identifier)
-        .bind(&before.email)
-        .bind(before.payload.as_str())
-        .bind(serde_json::to_string(&before.channel).expect("the channel's JSON"))
-        .execute(&pool)
-        .await
-        .expect("an event as the release before stored it");
+        insert_as_released(&pool, &before, "jsonb").await;
 
         let store = PgStore::from_pool_with(pool.clone(), PgStoreOptions::default())
             .await
-            .expect("open the store: migrations 7 and 8");
+            .expect("open the store: migrations 7 to 10");
         let read = store
             .find_event(before.event_uuid)
             .await
@@ -1069,14 +1110,7 @@ async fn events_stored_as_jsonb_read_back_the_same_after_the_upgrade() {
             "jsonb reordered the members; the test must show equality despite that"
         );
 
-        let mut after = event(account, 1);
-        // Members in no sorted order, with spaces: the text a validator
-        // might write, which a round trip through a `Value` would change.
-        after.payload = EventPayload::from_json_text(
-            r#"{"tags": ["x"], "email": "lead1@example.com", "conversion_identifier": "pg-1"}"#
-                .to_owned(),
-        )
-        .expect("JSON");
+        let after = event_with_unsorted_payload(account, 1);
         store.record(&single(after.clone())).await.expect("record");
         let read = store
             .find_event(after.event_uuid)
@@ -1084,16 +1118,91 @@ async fn events_stored_as_jsonb_read_back_the_same_after_the_upgrade() {
             .expect("find")
             .expect("the event recorded after the upgrade");
         assert_eq!(read.payload.as_str(), after.payload.as_str());
-        let types: Vec<String> = sqlx::query_scalar(
-            "SELECT data_type::text FROM information_schema.columns
-             WHERE table_schema = $1 AND table_name = 'events'
-               AND column_name IN ('payload', 'channel')",
-        )
-        .bind(&schema.name)
-        .fetch_all(&pool)
-        .await
-        .expect("the column types");
-        assert_eq!(types, ["json", "json"]);
+        assert_eq!(
+            event_json_column_types(&pool, &schema.name).await,
+            ["text", "text"]
+        );
+    })
+    .await;
+}
+
+/// Migration 10 keeps every event as it was: a payload stored as `json`
+/// (which keeps its text) reads back byte for byte, from `find_event` and
+/// from the feed, beside an event recorded after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn events_stored_as_json_read_back_byte_for_byte_after_the_upgrade() {
+    in_schema(|schema| async move {
+        let pool = schema.pool().await;
+        migrated_as_shipped(&pool, 9).await;
+        assert_eq!(
+            event_json_column_types(&pool, &schema.name).await,
+            ["json", "json"]
+        );
+        let account = AccountId(random_uuid(&OsRandom));
+        let before = event_with_unsorted_payload(account, 0);
+        insert_as_released(&pool, &before, "json").await;
+
+        let store = PgStore::from_pool_with(pool.clone(), PgStoreOptions::default())
+            .await
+            .expect("open the store: migration 10");
+        assert_eq!(
+            event_json_column_types(&pool, &schema.name).await,
+            ["text", "text"]
+        );
+        let after = event_with_unsorted_payload(account, 1);
+        store.record(&single(after.clone())).await.expect("record");
+        for event in [&before, &after] {
+            let read = store
+                .find_event(event.event_uuid)
+                .await
+                .expect("find")
+                .expect("the event");
+            assert_eq!(&read, event);
+            assert_eq!(read.payload.as_str(), event.payload.as_str());
+        }
+        let page = store
+            .read_after(&FeedCursor::start(), 10)
+            .await
+            .expect("read the feed");
+        let payloads: Vec<&str> = page.events.iter().map(|e| e.payload.as_str()).collect();
+        assert_eq!(payloads, [before.payload.as_str(), after.payload.as_str()]);
+    })
+    .await;
+}
+
+/// PostgreSQL no longer checks that a payload or a channel is JSON
+/// (migration 10): the store does, reading them back. A row whose text is
+/// not JSON is reported as malformed, naming the column, not read as an
+/// event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_whose_stored_json_is_not_json_reads_as_malformed() {
+    in_schema(|schema| async move {
+        let store = schema.store().await;
+        let pool = schema.pool().await;
+        let account = AccountId(random_uuid(&OsRandom));
+        for (n, column) in [(0, "payload"), (1, "channel")] {
+            let event = event(account, n);
+            store.record(&single(event.clone())).await.expect("record");
+            sqlx::query(&format!(
+                "UPDATE events SET {column} = '{{\"cut\": ' WHERE event_uuid = $1"
+            ))
+            .bind(event.event_uuid)
+            .execute(&pool)
+            .await
+            .expect("damage the row");
+            let error = store
+                .find_event(event.event_uuid)
+                .await
+                .expect_err("a damaged row is not an event");
+            let StoreError::Backend { action, source } = &error else {
+                panic!("a damaged row is a backend failure: {error:?}");
+            };
+            assert_eq!(*action, "read an event");
+            assert_eq!(
+                source.to_string(),
+                format!("the stored {column} is malformed")
+            );
+        }
     })
     .await;
 }

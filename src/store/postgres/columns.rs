@@ -1,6 +1,7 @@
 //! How the PostgreSQL store reads its rows: every column has a native type
-//! (UUID, TIMESTAMPTZ, BYTEA, arrays, JSON) that sqlx decodes as the value
-//! itself, so each accessor is a plain typed read.
+//! (UUID, TIMESTAMPTZ, BYTEA, arrays) that sqlx decodes as the value itself,
+//! so each accessor is a plain typed read, but JSON, which it keeps as
+//! text (migration 10) and parses on the way out.
 
 use sqlx::postgres::PgRow;
 use time::OffsetDateTime;
@@ -11,9 +12,9 @@ use crate::store::error::StoreError;
 use crate::store::sql;
 use crate::store::sql::records::RecordColumns;
 
-/// A row of PostgreSQL, whose columns all have native types (UUID,
-/// TIMESTAMPTZ, BYTEA, arrays, JSON) that sqlx decodes as the values
-/// themselves.
+/// A row of PostgreSQL, whose columns have native types (UUID,
+/// TIMESTAMPTZ, BYTEA, arrays) that sqlx decodes as the values themselves,
+/// and JSON as text.
 pub(super) type Columns = sql::Columns<PgRow>;
 
 impl RecordColumns for Columns {
@@ -74,11 +75,10 @@ impl RecordColumns for Columns {
     }
 
     fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
-        self.get(column)
+        self.parse_json(column)
     }
 
     fn payload(&self, column: &'static str) -> Result<EventPayload, StoreError> {
-        let raw: sqlx::types::Json<Box<serde_json::value::RawValue>> = self.get(column)?;
-        Ok(EventPayload::from_raw(raw.0))
+        self.parse_json(column).map(EventPayload::from_raw)
     }
 }

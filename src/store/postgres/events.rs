@@ -4,17 +4,13 @@
 //! statement. With group commit (the default), concurrent `record` calls
 //! share transactions.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Connection as _;
 use sqlx::Postgres;
-use sqlx::encode::IsNull;
-use sqlx::error::BoxDynError;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::types::Oid;
-use sqlx::postgres::{PgArgumentBuffer, PgConnection, PgHasArrayType, PgPool, PgTypeInfo};
+use sqlx::postgres::{PgConnection, PgPool};
 use tokio::sync::{Mutex, mpsc};
 use uuid::Uuid;
 
@@ -141,17 +137,17 @@ async fn insert_events(
             families.push(event.event_family.as_str());
             conversions.push(event.conversion_identifier.as_str());
             emails.push(event.email.as_str());
-            payloads.push(JsonText(Cow::Borrowed(event.payload.as_str())));
-            channels.push(JsonText(Cow::Owned(channel_to_text(&event.channel)?)));
+            payloads.push(event.payload.as_str());
+            channels.push(channel_to_text(&event.channel)?);
             batches.push(submission.batch_uuid);
         }
     }
-    // The payload and the channel are stored as `json` (migration 7):
-    // PostgreSQL checks that they are JSON but does not build a `jsonb` tree
-    // of each, which was a quarter of its time under an intake flood
-    // (profiled; benches/intake_load/NOTES.md). They travel as `json[]`, so
-    // that PostgreSQL checks each text as it receives it, rather than as
-    // `text[]` cast to `json` (a copy out and a copy back in per event).
+    // The payload and the channel are stored as the JSON text they are
+    // (`text`, migration 10): PostgreSQL neither builds a `jsonb` tree of
+    // each (a quarter of its time under an intake flood) nor parses them
+    // again as `json` (a tenth), both measured side by side
+    // (benches/intake_load/NOTES.md). The store wrote them and checks them
+    // when it reads them back.
     //
     // The arrays are unnested in the select list, which PostgreSQL steps
     // through together, row by row (a `ProjectSet`); `FROM UNNEST(...)`
@@ -165,7 +161,7 @@ async fn insert_events(
                   conversion_identifier, email, payload, channel, batch_uuid)
              SELECT UNNEST($1::uuid[]), UNNEST($2::uuid[]), UNNEST($3::timestamptz[]),
                     UNNEST($4::text[]), UNNEST($5::text[]), UNNEST($6::text[]),
-                    UNNEST($7::text[]), UNNEST($8::json[]), UNNEST($9::json[]),
+                    UNNEST($7::text[]), UNNEST($8::text[]), UNNEST($9::text[]),
                     UNNEST($10::uuid[])"
         };
     }
@@ -189,31 +185,6 @@ async fn insert_events(
     .await
     .map_err(insert_failed("event", RECORD))?;
     Ok(())
-}
-
-/// JSON text bound as a `json` parameter: sent as it is (`json`'s binary
-/// form is its text), for PostgreSQL to check on receipt.
-struct JsonText<'a>(Cow<'a, str>);
-
-impl sqlx::Type<Postgres> for JsonText<'_> {
-    fn type_info() -> PgTypeInfo {
-        // `json`, a built-in type with a fixed oid.
-        PgTypeInfo::with_oid(Oid(114))
-    }
-}
-
-impl PgHasArrayType for JsonText<'_> {
-    fn array_type_info() -> PgTypeInfo {
-        // `json[]`.
-        PgTypeInfo::with_oid(Oid(199))
-    }
-}
-
-impl sqlx::Encode<'_, Postgres> for JsonText<'_> {
-    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
-        buf.extend_from_slice(self.0.as_bytes());
-        Ok(IsNull::No)
-    }
 }
 
 /// Records one submission in a transaction of its own: one COMMIT per call.

@@ -101,6 +101,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 9,
         sql: include_str!("../../../migrations/postgres/0009_webhooks.sql"),
     },
+    Migration {
+        version: 10,
+        sql: include_str!("../../../migrations/postgres/0010_event_text.sql"),
+    },
 ];
 
 /// The advisory lock that serialises migrations ("cg-migra" in ASCII).

@@ -171,6 +171,20 @@ impl<R: sqlx::Row> Columns<R> {
     {
         self.row.try_get(column).map_err(backend(self.action))
     }
+
+    /// A value from the JSON text stored in `column` (both stores keep JSON
+    /// as text): text that is not that value's JSON is a malformed row.
+    pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
+        &self,
+        column: &'static str,
+    ) -> Result<T, StoreError>
+    where
+        String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        &'static str: sqlx::ColumnIndex<R>,
+    {
+        let text: String = self.get(column)?;
+        serde_json::from_str(&text).map_err(|_| malformed(self.action, column))
+    }
 }
 
 /// A statement of `DB` with its arguments bound.

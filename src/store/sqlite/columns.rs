@@ -54,15 +54,6 @@ impl Columns {
     fn instant(&self, column: &'static str, micros: i64) -> Result<OffsetDateTime, StoreError> {
         from_micros(micros).ok_or_else(|| malformed(self.action, column))
     }
-
-    /// A value from the JSON text stored in `column`.
-    fn parse_json<T: serde::de::DeserializeOwned>(
-        &self,
-        column: &'static str,
-    ) -> Result<T, StoreError> {
-        let text: String = self.get(column)?;
-        serde_json::from_str(&text).map_err(|_| malformed(self.action, column))
-    }
 }
 
 impl RecordColumns for Columns {
