@@ -62,8 +62,10 @@ impl<'l, 'a> Ctx<'l, 'a> {
         self.field_path(Field::LegalBases).index(index)
     }
 
-    /// The path of the member `name` of the object `scope` stands for.
-    pub(super) fn scope_path<'n>(&self, scope: Scope, name: &'n str) -> JsonPath<'n> {
+    /// The path of the member `name` of the object `scope` stands for, for
+    /// an error: the name is copied, as the error outlives the body.
+    pub(super) fn scope_path(&self, scope: Scope, name: &str) -> JsonPath<'static> {
+        let name = name.to_owned();
         match scope {
             Scope::Event => self.event_path().key(name),
             Scope::Payload => self.payload_path().key(name),
@@ -75,14 +77,14 @@ impl<'l, 'a> Ctx<'l, 'a> {
     pub(super) fn report(
         &mut self,
         error_type: ErrorType,
-        path: JsonPath<'_>,
+        path: JsonPath<'static>,
         rules: Option<ValidationRules>,
     ) {
         self.errors.push(error_type, path, rules);
     }
 
     /// Records an `INVALID_DATA_TYPE` at `path`: `expected` was not sent.
-    pub(super) fn wrong_type(&mut self, path: JsonPath<'_>, expected: DataType) {
+    pub(super) fn wrong_type(&mut self, path: JsonPath<'static>, expected: DataType) {
         self.report(
             ErrorType::InvalidDataType,
             path,

@@ -44,7 +44,7 @@ pub(super) fn read_other_payload_member<'a>(
         lexer.skip_value(3)?;
         ctx.report(
             ErrorType::DuplicateField,
-            ctx.payload_path().key(&*name),
+            ctx.scope_path(Scope::Payload, &name),
             None,
         );
         return Ok(());
@@ -61,13 +61,13 @@ pub(super) fn read_other_payload_member<'a>(
             if refused_control {
                 ctx.report(
                     ErrorType::InvalidCharacters,
-                    ctx.payload_path().key(&*name),
+                    ctx.scope_path(Scope::Payload, &name),
                     None,
                 );
             } else if is_too_long(&value, max) {
                 ctx.report(
                     ErrorType::ValueTooLong,
-                    ctx.payload_path().key(&*name),
+                    ctx.scope_path(Scope::Payload, &name),
                     Some(ValidationRules::MaxLength(max)),
                 );
             } else {
@@ -75,7 +75,7 @@ pub(super) fn read_other_payload_member<'a>(
             }
         }
         Scalar::Bool(_) | Scalar::Other => {
-            ctx.wrong_type(ctx.payload_path().key(&*name), DataType::String);
+            ctx.wrong_type(ctx.scope_path(Scope::Payload, &name), DataType::String);
         }
     }
     Ok(())

@@ -262,12 +262,12 @@ pub struct FieldError {
 impl FieldError {
     pub(crate) fn new(
         error_type: ErrorType,
-        path: JsonPath<'_>,
+        path: JsonPath<'static>,
         rules: Option<ValidationRules>,
     ) -> Self {
         FieldError {
             error_type,
-            path: path.into_owned(),
+            path,
             rules,
             detail: None,
         }
@@ -468,7 +468,7 @@ impl ErrorCollector {
     pub(crate) fn push(
         &mut self,
         error_type: ErrorType,
-        path: JsonPath<'_>,
+        path: JsonPath<'static>,
         rules: Option<ValidationRules>,
     ) {
         self.found += 1;
