@@ -150,4 +150,16 @@ fn hostile_bodies_take_memory_in_proportion_to_their_size() {
             info.bytes_max
         );
     }
+    // An error naming a member of the body keeps a copy of the name: made
+    // for the 100 errors kept, not for the ~15,000 past them.
+    let shape = hostile::repeated_custom_field();
+    let info = memory_of(&shape, &limits);
+    let kept = limits.max_errors as u64;
+    assert!(
+        info.count_total <= kept + 16 && info.bytes_max <= 64 * 1024,
+        "{}: {} allocations, {} bytes at most",
+        shape.name,
+        info.count_total,
+        info.bytes_max
+    );
 }

@@ -62,15 +62,28 @@ impl<'l, 'a> Ctx<'l, 'a> {
         self.field_path(Field::LegalBases).index(index)
     }
 
-    /// The path of the member `name` of the object `scope` stands for, for
-    /// an error: the name is copied, as the error outlives the body.
-    pub(super) fn scope_path(&self, scope: Scope, name: &str) -> JsonPath<'static> {
-        let name = name.to_owned();
+    /// The path of the object `scope` stands for.
+    fn scope_path(&self, scope: Scope) -> JsonPath<'static> {
         match scope {
-            Scope::Event => self.event_path().key(name),
-            Scope::Payload => self.payload_path().key(name),
-            Scope::LegalBasis(index) => self.basis_path(index as usize).key(name),
+            Scope::Event => self.event_path(),
+            Scope::Payload => self.payload_path(),
+            Scope::LegalBasis(index) => self.basis_path(index as usize),
         }
+    }
+
+    /// Records an error at the member `name` of the object `scope` stands
+    /// for. The error outlives the body, so its path holds a copy of the
+    /// name: made only if the error is kept (see [`ErrorCollector::push_with`]).
+    pub(super) fn report_member(
+        &mut self,
+        error_type: ErrorType,
+        scope: Scope,
+        name: &str,
+        rules: Option<ValidationRules>,
+    ) {
+        let object = self.scope_path(scope);
+        self.errors
+            .push_with(error_type, || object.key(name.to_owned()), rules);
     }
 
     /// Records an error at `path`.

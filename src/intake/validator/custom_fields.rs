@@ -42,11 +42,7 @@ pub(super) fn read_other_payload_member<'a>(
     };
     if !custom_seen.insert(custom) {
         lexer.skip_value(3)?;
-        ctx.report(
-            ErrorType::DuplicateField,
-            ctx.scope_path(Scope::Payload, &name),
-            None,
-        );
+        ctx.report_member(ErrorType::DuplicateField, Scope::Payload, &name, None);
         return Ok(());
     }
     match lexer.scalar(3)? {
@@ -59,15 +55,12 @@ pub(super) fn read_other_payload_member<'a>(
                 unescaped_refused_control(&value) || unescaped_refused_control(&name);
             let max = ctx.limits.max_string_len;
             if refused_control {
-                ctx.report(
-                    ErrorType::InvalidCharacters,
-                    ctx.scope_path(Scope::Payload, &name),
-                    None,
-                );
+                ctx.report_member(ErrorType::InvalidCharacters, Scope::Payload, &name, None);
             } else if is_too_long(&value, max) {
-                ctx.report(
+                ctx.report_member(
                     ErrorType::ValueTooLong,
-                    ctx.scope_path(Scope::Payload, &name),
+                    Scope::Payload,
+                    &name,
                     Some(ValidationRules::MaxLength(max)),
                 );
             } else {
@@ -75,7 +68,12 @@ pub(super) fn read_other_payload_member<'a>(
             }
         }
         Scalar::Bool(_) | Scalar::Other => {
-            ctx.wrong_type(ctx.scope_path(Scope::Payload, &name), DataType::String);
+            ctx.report_member(
+                ErrorType::InvalidDataType,
+                Scope::Payload,
+                &name,
+                Some(ValidationRules::DataType(DataType::String)),
+            );
         }
     }
     Ok(())

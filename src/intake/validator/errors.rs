@@ -463,17 +463,28 @@ impl ErrorCollector {
         self.found == 0
     }
 
-    /// Counts an error, and keeps it while fewer than `max` are kept. The
-    /// path is detached from the body (which may allocate) only when kept.
+    /// Counts an error, and keeps it while fewer than `max` are kept.
     pub(crate) fn push(
         &mut self,
         error_type: ErrorType,
         path: JsonPath<'static>,
         rules: Option<ValidationRules>,
     ) {
+        self.push_with(error_type, || path, rules);
+    }
+
+    /// As [`ErrorCollector::push`], the path built by `path` only when the
+    /// error is kept: a path naming a member of the body holds a copy of
+    /// the name (an allocation), not made for an error past `max`.
+    pub(crate) fn push_with(
+        &mut self,
+        error_type: ErrorType,
+        path: impl FnOnce() -> JsonPath<'static>,
+        rules: Option<ValidationRules>,
+    ) {
         self.found += 1;
         if self.kept.len() < self.max {
-            self.kept.push(FieldError::new(error_type, path, rules));
+            self.kept.push(FieldError::new(error_type, path(), rules));
         }
     }
 

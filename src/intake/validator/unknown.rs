@@ -37,14 +37,15 @@ pub(super) fn read_unknown_attribute<'a>(
     let deepest = lexer.skip_value(depth)?;
     match ctx.limits.unknown_attributes {
         UnknownAttributes::Reject => {
-            ctx.report(ErrorType::UnknownField, ctx.scope_path(scope, &name), None);
+            ctx.report_member(ErrorType::UnknownField, scope, &name, None);
         }
         UnknownAttributes::AcceptAndDrop => {
             let max = ctx.limits.max_depth;
             if deepest > max {
-                ctx.report(
+                ctx.report_member(
                     ErrorType::TooDeeplyNested,
-                    ctx.scope_path(scope, &name),
+                    scope,
+                    &name,
                     Some(ValidationRules::MaxDepth(max)),
                 );
             } else {

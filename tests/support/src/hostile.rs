@@ -138,6 +138,18 @@ pub fn repeated_known_key() -> Hostile {
     )
 }
 
+/// One of the account's custom fields repeated ~15,000 times: as many
+/// `DUPLICATE_FIELD` errors, each naming a member of the body
+/// (`$.payload.cf_plan`), whose path must copy the name when it is kept.
+pub fn repeated_custom_field() -> Hostile {
+    Hostile {
+        name: "repeated_custom_field",
+        body: event_filled_with(|_| r#""cf_plan":"x""#.to_owned()),
+        custom_fields: vec!["plan".to_owned()],
+        entry: Entry::Single,
+    }
+}
+
 /// An account with ~13,000 custom fields, every one of them sent: all but the
 /// first 64 fall outside a 64-bit "seen" set.
 pub fn custom_fields() -> Hostile {
@@ -266,6 +278,7 @@ pub fn all() -> Vec<Hostile> {
         unknown_attributes(),
         repeated_unknown_key(),
         repeated_known_key(),
+        repeated_custom_field(),
         custom_fields(),
         unknown_custom_fields(),
         long_string(),
