@@ -968,22 +968,11 @@ async fn the_feed_waits_for_a_transaction_that_numbered_its_event_earlier() {
             page.events
         );
         held.commit().await.expect("commit");
-        // The feed's horizon is the whole server's oldest open transaction:
-        // a test running beside this one on the same server may hold it
-        // back for a moment (between the two events' transaction ids, so
-        // that only the first shows), so pages are read on from each
-        // page's cursor until both have come (10 s at most).
-        let mut order = Vec::new();
-        let mut cursor = page.next;
-        for _ in 0..500 {
-            let page = store.read_after(&cursor, 10).await.unwrap();
-            order.extend(page.events.iter().map(|e| e.event_uuid));
-            cursor = page.next;
-            if order.len() >= 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let order: Vec<_> = read_feed_until(&store, page.next, 2)
+            .await
+            .iter()
+            .map(|e| e.event_uuid)
+            .collect();
         assert_eq!(
             order,
             [early.event_uuid, late.event_uuid],
@@ -992,6 +981,29 @@ async fn the_feed_waits_for_a_transaction_that_numbered_its_event_earlier() {
         pool.close().await;
     })
     .await;
+}
+
+/// The feed's events after `cursor`, read on from each page's cursor until
+/// at least `count` have come (10 s at most). The feed shows an event once
+/// every transaction older than its own has ended, on the whole server: a
+/// test running beside this one on the same server may hold an event back
+/// for a moment, behind its own open transaction.
+async fn read_feed_until(
+    store: &PgStore,
+    mut cursor: FeedCursor,
+    count: usize,
+) -> Vec<RecordedEvent> {
+    let mut events = Vec::new();
+    for _ in 0..500 {
+        let page = store.read_after(&cursor, 10).await.expect("read the feed");
+        events.extend(page.events);
+        cursor = page.next;
+        if events.len() >= count {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    events
 }
 
 /// The migrations as they shipped, in order: `SHIPPED[..n]` is the schema
@@ -1160,22 +1172,8 @@ async fn events_stored_as_json_read_back_byte_for_byte_after_the_upgrade() {
             assert_eq!(&read, event);
             assert_eq!(read.payload.as_str(), event.payload.as_str());
         }
-        // The feed shows an event once every transaction older than its
-        // own has ended, on the whole server: a test running beside this
-        // one may hold `after` back for a moment, so pages are read on from
-        // each page's cursor until both have come (10 s at most).
-        let mut payloads = Vec::new();
-        let mut cursor = FeedCursor::start();
-        for _ in 0..500 {
-            let page = store.read_after(&cursor, 10).await.expect("read the feed");
-            payloads.extend(page.events.into_iter().map(|e| e.payload));
-            cursor = page.next;
-            if payloads.len() >= 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let payloads: Vec<&str> = payloads.iter().map(|p| p.as_str()).collect();
+        let events = read_feed_until(&store, FeedCursor::start(), 2).await;
+        let payloads: Vec<&str> = events.iter().map(|e| e.payload.as_str()).collect();
         assert_eq!(payloads, [before.payload.as_str(), after.payload.as_str()]);
     })
     .await;
