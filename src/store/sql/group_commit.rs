@@ -23,55 +23,18 @@ pub(crate) struct Job {
 /// calls have queued, stores them in one transaction and answers each after
 /// the COMMIT, while the next group queues. Many writers then share one
 /// disk flush instead of waiting for one each.
-///
-/// `W` is what the writer takes: a [`Job`] for PostgreSQL's writer; the
-/// SQLite writer also takes other writes into its groups (token
-/// rotations), so its queue carries its own type, which a `Job` converts
-/// into.
-pub(crate) struct GroupQueue<W = Job>(mpsc::Sender<W>);
+#[derive(Clone, Debug)]
+pub(crate) struct GroupQueue(mpsc::Sender<Job>);
 
-impl<W> Clone for GroupQueue<W> {
-    fn clone(&self) -> Self {
-        Self(self.0.clone())
-    }
-}
-
-impl<W> std::fmt::Debug for GroupQueue<W> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("GroupQueue").field(&self.0).finish()
-    }
-}
-
-impl<W> GroupQueue<W> {
+impl GroupQueue {
     /// A queue holding up to `capacity` waiting calls, and its receiving
     /// end for the writer task. The writer's receive ends when the last
     /// clone of the queue is dropped.
-    pub(crate) fn new(capacity: usize) -> (Self, mpsc::Receiver<W>) {
+    pub(crate) fn new(capacity: usize) -> (Self, mpsc::Receiver<Job>) {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
         (Self(sender), receiver)
     }
 
-    /// Queues `work` for the writer's next group; `action` names the
-    /// failure if the writer has stopped.
-    pub(crate) async fn send(&self, work: W, action: &'static str) -> Result<(), StoreError> {
-        self.0
-            .send(work)
-            .await
-            .map_err(|_| StoreError::backend(action, GroupWriterGone))
-    }
-
-    /// Waits for the writer's answer to work queued with `answer`'s sender.
-    pub(crate) async fn answer<T>(
-        answer: oneshot::Receiver<Result<T, StoreError>>,
-        action: &'static str,
-    ) -> Result<T, StoreError> {
-        answer
-            .await
-            .map_err(|_| StoreError::backend(action, GroupWriterGone))?
-    }
-}
-
-impl<W: From<Job>> GroupQueue<W> {
     /// Queues `submission` and waits for the writer's answer.
     pub(crate) async fn record(
         &self,
@@ -82,8 +45,13 @@ impl<W: From<Job>> GroupQueue<W> {
             submission: submission.clone(),
             reply,
         };
-        self.send(W::from(job), RECORD).await?;
-        Self::answer(answer, RECORD).await
+        self.0
+            .send(job)
+            .await
+            .map_err(|_| StoreError::backend(RECORD, GroupWriterGone))?;
+        answer
+            .await
+            .map_err(|_| StoreError::backend(RECORD, GroupWriterGone))?
     }
 }
 

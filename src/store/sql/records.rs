@@ -234,30 +234,6 @@ pub(crate) fn rotation_refused(c: &impl RecordColumns) -> Result<Option<Rotation
     })
 }
 
-/// [`rotation_refused`] on the row's values already read (the SQLite
-/// writer's thread reads them with rusqlite, not through
-/// [`RecordColumns`]).
-#[cfg(feature = "sqlite")]
-pub(crate) fn rotation_refused_by(
-    revoked: bool,
-    rotated_at: Option<OffsetDateTime>,
-    successor: Option<Vec<u8>>,
-    action: &'static str,
-) -> Result<Option<Rotation>, StoreError> {
-    if revoked {
-        return Ok(Some(Rotation::Revoked));
-    }
-    Ok(match (rotated_at, successor) {
-        (Some(at), Some(successor)) => Some(Rotation::AlreadyRotated {
-            at,
-            successor: hash_from_column(successor, action, "successor")?,
-        }),
-        // The table's CHECK keeps both set or both unset.
-        (None, None) => None,
-        _ => return Err(malformed(action, "successor")),
-    })
-}
-
 /// A client from its `clients` row.
 pub(crate) fn client_from(c: &impl RecordColumns) -> Result<Client, StoreError> {
     Ok(Client {

@@ -43,17 +43,3 @@ pub(super) fn open_connection(
     connection.pragma_update(None, "wal_autocheckpoint", WAL_PAGES_BOUND)?;
     Ok(connection)
 }
-
-/// SQLite's extended result code of a failed rusqlite call.
-pub(super) fn sqlite_code(error: &rusqlite::Error) -> Option<i32> {
-    match error {
-        rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
-        _ => None,
-    }
-}
-
-/// Whether a statement failed on a primary key or a unique index
-/// (`SQLITE_CONSTRAINT_PRIMARYKEY`, `SQLITE_CONSTRAINT_UNIQUE`).
-pub(super) fn is_unique_violation(error: &rusqlite::Error) -> bool {
-    matches!(sqlite_code(error), Some(1555 | 2067))
-}

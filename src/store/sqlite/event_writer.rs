@@ -10,9 +10,6 @@
 //! on the thread that owns the connection, prepared once and reused: one
 //! wake-up per group.
 //!
-//! Token rotations (a refresh) queue here too and are written in the same
-//! groups, each in a savepoint of its own ([`super::rotation`] says why).
-//!
 //! Within the group, a submission of one event without an idempotency key
 //! (the common conversion) is one `INSERT`, which SQLite applies whole or
 //! not at all; any other submission (a batch, a claim to check and write)
@@ -27,13 +24,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
-use crate::records::tokens::{AccessTokenRecord, RefreshTokenRecord};
-use crate::secret::SecretHash;
-use crate::store::Rotation;
 use crate::store::error::StoreError;
 use crate::store::sql::group_commit::{GroupQueue, Job, RECORD, answer, answer_error};
 use crate::store::sql::records::{StoredClaim, channel_to_text};
@@ -41,34 +35,18 @@ use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
 
 use super::checkpointer::Checkpointer;
 use super::columns::{from_micros, json_text, micros, uuid_text};
-use super::connection::{Sync, is_unique_violation, open_connection, sqlite_code};
-use super::rotation::{ROTATE, RotationJob, rotate_in};
+use super::connection::{Sync, open_connection};
 use super::write_gate::WriteGate;
 
-/// The most submissions (and rotations) one group transaction takes.
+/// The most submissions one group transaction takes.
 const MAX_GROUP: usize = 256;
-
-/// What the writer's thread is asked to write.
-pub(super) enum Work {
-    /// A submission of events.
-    Record(Job),
-    /// A refresh token's rotation (boxed: rarer and larger than a
-    /// submission).
-    Rotate(Box<RotationJob>),
-}
-
-impl From<Job> for Work {
-    fn from(job: Job) -> Self {
-        Self::Record(job)
-    }
-}
 
 /// The handle of a running writer: its queue, and the switch that closes
 /// it.
 #[derive(Clone, Debug)]
 pub(super) struct EventWriter {
-    /// Where `record` and `rotate` calls queue.
-    queue: GroupQueue<Work>,
+    /// Where `record` calls queue.
+    queue: GroupQueue,
     /// Set by [`EventWriter::close`]; the thread then closes its
     /// connection and refuses what comes.
     closed: Arc<AtomicBool>,
@@ -118,28 +96,6 @@ impl EventWriter {
         self.queue.record(submission).await
     }
 
-    /// Queues the rotation of the refresh token `old` into `successor` (an
-    /// [`crate::TokenStore::rotate_refresh_token`]) and waits for its
-    /// outcome, after the COMMIT of its group.
-    pub(super) async fn rotate(
-        &self,
-        old: &SecretHash,
-        successor: &RefreshTokenRecord,
-        access: &AccessTokenRecord,
-        at: time::OffsetDateTime,
-    ) -> Result<Rotation, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let job = RotationJob {
-            old: *old,
-            successor: successor.clone(),
-            access: access.clone(),
-            at,
-            reply,
-        };
-        self.queue.send(Work::Rotate(Box::new(job)), ROTATE).await?;
-        GroupQueue::<Work>::answer(answer, ROTATE).await
-    }
-
     /// Closes the writer's connection once the group in hand (if any) is
     /// committed: `gate` must be the writer's, held meanwhile by the caller
     /// so that no group is in hand. Later submissions fail with
@@ -164,45 +120,34 @@ struct Writer {
 impl Writer {
     /// Takes whatever has queued, up to [`MAX_GROUP`], records it, answers
     /// it; until every sender is gone.
-    fn run(mut self, mut queue: mpsc::Receiver<Work>) {
-        let mut group = Group::default();
+    fn run(mut self, mut queue: mpsc::Receiver<Job>) {
+        let mut jobs = Vec::with_capacity(MAX_GROUP);
         while let Some(first) = queue.blocking_recv() {
-            group.push(first);
-            while group.len() < MAX_GROUP {
+            jobs.push(first);
+            while jobs.len() < MAX_GROUP {
                 match queue.try_recv() {
-                    Ok(work) => group.push(work),
+                    Ok(job) => jobs.push(job),
                     Err(_) => break,
                 }
             }
-            crate::metrics::group_commit("sqlite", group.len(), queue.len());
+            crate::metrics::group_commit("sqlite", jobs.len(), queue.len());
             let outcomes = {
                 let _turn = self.gate.blocking_turn();
-                self.write_group(&group)
+                self.record_group(&jobs)
             };
             match outcomes {
-                Ok((recorded, rotated)) => {
-                    answer(&mut group.records, recorded);
-                    for (job, outcome) in group.rotations.drain(..).zip(rotated) {
-                        // A caller that gave up waiting has dropped its
-                        // receiver; the rotation stands all the same.
-                        let _ = job.reply.send(outcome);
-                    }
-                }
-                Err(error) => {
-                    answer_error(&mut group.records, &error);
-                    let error = for_rotations(&error);
-                    for job in group.rotations.drain(..) {
-                        let _ = job.reply.send(Err(error.clone()));
-                    }
-                }
+                Ok(outcomes) => answer(&mut jobs, outcomes),
+                Err(error) => answer_error(&mut jobs, &error),
             }
         }
     }
 
-    /// Writes `group` in one write transaction. `Ok` holds each
-    /// submission's and each rotation's own outcome, all committed; `Err`
-    /// means nothing was written.
-    fn write_group(&mut self, group: &Group) -> Result<GroupOutcomes, StoreError> {
+    /// Records `jobs` in one write transaction. `Ok` holds each job's own
+    /// outcome, all committed; `Err` means nothing was recorded.
+    fn record_group(
+        &mut self,
+        jobs: &[Job],
+    ) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
         if self.closed.load(Ordering::Acquire) {
             // Dropping the connection closes it (the last connection to the
             // file to close checkpoints the WAL); dropping the checkpointer
@@ -213,94 +158,28 @@ impl Writer {
         let Some(connection) = self.connection.as_mut() else {
             return Err(StoreError::backend(RECORD, WriterClosed));
         };
-        // IMMEDIATE: the write lock from the start, so that the claims and
-        // tokens read below cannot change before they are written.
+        // IMMEDIATE: the write lock from the start, so that the claims read
+        // below cannot change before they are written.
         let mut tx = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(failed)?;
-        let mut recorded = Vec::with_capacity(group.records.len());
-        for job in &group.records {
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for job in jobs {
             let outcome = record_submission(&mut tx, &job.submission);
             match outcome {
                 // The database failed: so does the group. Dropping `tx`
                 // rolls it back.
                 Err(error) if !fails_on_data(&error) => return Err(error),
-                outcome => recorded.push(outcome),
+                outcome => outcomes.push(outcome),
             }
         }
-        let mut rotated = Vec::with_capacity(group.rotations.len());
-        for job in &group.rotations {
-            match rotate_alone(&mut tx, job) {
-                Err(error) if !fails_on_data(&error) => return Err(error),
-                outcome => rotated.push(outcome),
-            }
-        }
-        // Only a committed write is acknowledged.
+        // Only a committed submission is acknowledged.
         tx.commit().map_err(failed)?;
         if let Some(checkpointer) = &mut self.checkpointer {
-            checkpointer.committed(group.events());
+            checkpointer.committed(jobs.iter().map(|job| job.submission.events.len()).sum());
         }
-        Ok((recorded, rotated))
+        Ok(outcomes)
     }
-}
-
-/// The outcomes of a group's submissions and rotations, in their order.
-type GroupOutcomes = (
-    Vec<Result<RecordOutcome, StoreError>>,
-    Vec<Result<Rotation, StoreError>>,
-);
-
-/// The work taken for one transaction.
-#[derive(Default)]
-struct Group {
-    /// Submissions of events, in the order they came.
-    records: Vec<Job>,
-    /// Rotations of refresh tokens, in the order they came.
-    rotations: Vec<RotationJob>,
-}
-
-impl Group {
-    /// Adds `work` to the group.
-    fn push(&mut self, work: Work) {
-        match work {
-            Work::Record(job) => self.records.push(job),
-            Work::Rotate(job) => self.rotations.push(*job),
-        }
-    }
-
-    /// How many calls the group answers.
-    fn len(&self) -> usize {
-        self.records.len() + self.rotations.len()
-    }
-
-    /// How many events the group records.
-    fn events(&self) -> usize {
-        self.records
-            .iter()
-            .map(|job| job.submission.events.len())
-            .sum()
-    }
-}
-
-/// The failure of a whole group as its rotations are told it: what they
-/// were doing, with the database's own error.
-fn for_rotations(error: &StoreError) -> StoreError {
-    match error {
-        StoreError::Backend { source, .. } => StoreError::Backend {
-            action: ROTATE,
-            source: Arc::clone(source),
-        },
-        other => other.clone(),
-    }
-}
-
-/// Rotates one refresh token inside the group's transaction, in a
-/// savepoint: all of it, or (on `Err`) none of it, its neighbours kept.
-fn rotate_alone(tx: &mut Transaction<'_>, job: &RotationJob) -> Result<Rotation, StoreError> {
-    let savepoint = tx.savepoint().map_err(super::rotation::failed)?;
-    let rotation = rotate_in(&savepoint, job)?;
-    savepoint.commit().map_err(super::rotation::failed)?;
-    Ok(rotation)
 }
 
 /// Records one submission inside the group's transaction: all of it, or
@@ -469,10 +348,19 @@ fn failed(error: rusqlite::Error) -> StoreError {
 /// A failed insert of an event: a uuid already stored is
 /// [`StoreError::Duplicate`]; otherwise as [`failed`].
 fn insert_failed(error: rusqlite::Error) -> StoreError {
-    if is_unique_violation(&error) {
-        StoreError::Duplicate { what: "event" }
-    } else {
-        failed(error)
+    // SQLITE_CONSTRAINT_PRIMARYKEY and SQLITE_CONSTRAINT_UNIQUE.
+    const UNIQUE: [i32; 2] = [1555, 2067];
+    match sqlite_code(&error) {
+        Some(code) if UNIQUE.contains(&code) => StoreError::Duplicate { what: "event" },
+        _ => failed(error),
+    }
+}
+
+/// SQLite's extended result code of a failed statement.
+fn sqlite_code(error: &rusqlite::Error) -> Option<i32> {
+    match error {
+        rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
+        _ => None,
     }
 }
 

@@ -46,7 +46,6 @@ mod columns;
 mod connection;
 mod event_writer;
 mod events;
-mod rotation;
 mod temporary;
 mod tokens;
 mod webhooks;

@@ -2,10 +2,8 @@
 //! refresh tokens, and their purge.
 //!
 //! A code is taken by one conditional `UPDATE ... WHERE taken = 0
-//! RETURNING ...`; a redemption reads, then writes, inside a `BEGIN
-//! IMMEDIATE` transaction that holds the write lock throughout. A rotation
-//! (a refresh) does the same inside a group of the writer of events
-//! ([`super::rotation`]).
+//! RETURNING ...`; a redemption and a rotation read, then write, inside a
+//! `BEGIN IMMEDIATE` transaction that holds the write lock throughout.
 
 use async_trait::async_trait;
 use sqlx::Sqlite;
@@ -17,7 +15,7 @@ use crate::records::tokens::{AccessTokenRecord, CodeRecord, RefreshTokenRecord};
 use crate::secret::SecretHash;
 use crate::store::error::StoreError;
 use crate::store::sql::records::{
-    access_from, code_from, code_lookup, code_tombstone, grant_from, refresh_from,
+    access_from, code_from, code_lookup, code_tombstone, grant_from, refresh_from, rotation_refused,
 };
 use crate::store::sql::{self, backend, find_row, insert_row};
 use crate::store::{CodeLookup, CodeTake, Rotation, TokenStore};
@@ -230,10 +228,48 @@ impl TokenStore for SqliteStore {
         access: &AccessTokenRecord,
         at: OffsetDateTime,
     ) -> Result<Rotation, StoreError> {
-        // Written by the writer of events, in its next group: read and
-        // written inside its write transaction, so of any number of callers
-        // only one can see the token active (`rotation` says why there).
-        self.events.rotate(old, successor, access, at).await
+        const ACTION: &str = "rotate a refresh token";
+        // The write lock is held from the read below to the commit, so of
+        // any number of callers only one can see the token active.
+        let (_turn, mut tx) = self.write_transaction(ACTION).await?;
+        let current = sqlx::query(
+            "SELECT r.rotated_at, r.successor,
+                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
+             FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
+             WHERE r.hash = ?",
+        )
+        .bind(old.as_bytes().as_slice())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        let Some(row) = current else {
+            return Ok(Rotation::NotFound);
+        };
+        if let Some(refused) = rotation_refused(&Columns::new(row, ACTION))? {
+            return Ok(refused);
+        }
+        sqlx::query("UPDATE refresh_tokens SET rotated_at = ?, successor = ? WHERE hash = ?")
+            .bind(micros(at)?)
+            .bind(successor.hash.as_bytes().as_slice())
+            .bind(old.as_bytes().as_slice())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        sqlx::query(
+            "UPDATE grants SET last_refreshed_at = ?
+             WHERE id = (SELECT grant_id FROM refresh_tokens WHERE hash = ?)",
+        )
+        .bind(micros(at)?)
+        .bind(old.as_bytes().as_slice())
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        // On failure the transaction is dropped and rolled back: the old
+        // token stays active and neither new token is stored.
+        insert_refresh(&mut *tx, successor, ACTION).await?;
+        insert_access(&mut *tx, access, ACTION).await?;
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(Rotation::Rotated)
     }
 
     async fn purge_expired(
