@@ -10,7 +10,8 @@ use conversion_gateway::conformance;
 use conversion_gateway::{
     AccessToken, AccessTokenRecord, AccountId, ClientId, EventFeed, EventPayload, EventSink,
     EventSubmission, FeedCursor, Grant, GrantId, IntakeChannel, OsRandom, RecordOutcome,
-    RecordedEvent, SecretHasher, SqliteStore, StoreError, TokenStore, random_uuid,
+    RecordedEvent, RefreshState, RefreshToken, RefreshTokenRecord, Rotation, SecretHasher,
+    SqliteStore, StoreError, TokenStore, random_uuid,
 };
 use time::macros::datetime;
 
@@ -148,6 +149,20 @@ fn access_token(grant: &Grant) -> AccessTokenRecord {
     }
 }
 
+fn refresh_token(grant: &Grant) -> RefreshTokenRecord {
+    RefreshTokenRecord {
+        hash: RefreshToken::generate(&OsRandom).hash(&SecretHasher::new([3; 32])),
+        grant_id: grant.id,
+        client_id: grant.client_id.clone(),
+        account_id: grant.account_id,
+        issued_at: datetime!(2026-03-01 12:00:00.25 UTC),
+        expires_at: None,
+        predecessor: None,
+        state: RefreshState::Active,
+        revoked: false,
+    }
+}
+
 fn event(account: AccountId, n: usize) -> RecordedEvent {
     RecordedEvent {
         event_uuid: random_uuid(&OsRandom),
@@ -272,6 +287,159 @@ async fn a_failing_submission_does_not_fail_its_group() {
     }
 }
 
+/// Refreshes during a flood of events: a rotation refused for its own
+/// data fails alone (its token still active, a typed `Duplicate`), and
+/// neither it nor the events beside it hold the others back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rotations_written_among_a_flood_of_events_each_keep_their_own_outcome() {
+    let dir = TempDir::new();
+    let store = file_store(&dir).await;
+    let grant = grant();
+    store.insert_grant(&grant).await.expect("insert_grant");
+    let taken_access = access_token(&grant);
+    store
+        .insert_access_token(&taken_access)
+        .await
+        .expect("insert_access_token");
+    // Even tokens rotate; odd ones meet an access token already stored.
+    let tokens: Vec<_> = (0..8).map(|_| refresh_token(&grant)).collect();
+    for token in &tokens {
+        store
+            .insert_refresh_token(token)
+            .await
+            .expect("insert_refresh_token");
+    }
+    let at = datetime!(2026-03-01 13:00:00 UTC);
+    let rotations: Vec<_> = tokens
+        .iter()
+        .enumerate()
+        .map(|(n, token)| {
+            let store = store.clone();
+            let old = token.hash;
+            let successor = RefreshTokenRecord {
+                predecessor: Some(old),
+                ..refresh_token(&grant)
+            };
+            let access = if n % 2 == 0 {
+                access_token(&grant)
+            } else {
+                taken_access.clone()
+            };
+            tokio::spawn(async move {
+                let outcome = store
+                    .rotate_refresh_token(&old, &successor, &access, at)
+                    .await;
+                (outcome, successor, access)
+            })
+        })
+        .collect();
+    let account = AccountId(random_uuid(&OsRandom));
+    let floods: Vec<_> = (0..64)
+        .map(|n| {
+            let store = store.clone();
+            let submission = EventSubmission {
+                events: vec![event(account, n)],
+                batch_uuid: None,
+                idempotency: None,
+            };
+            tokio::spawn(async move { (store.record(&submission).await, submission) })
+        })
+        .collect();
+    let unknown = refresh_token(&grant);
+    assert_eq!(
+        store
+            .rotate_refresh_token(
+                &unknown.hash,
+                &refresh_token(&grant),
+                &access_token(&grant),
+                at
+            )
+            .await
+            .expect("rotate an unknown token"),
+        Rotation::NotFound
+    );
+
+    for (n, (task, token)) in rotations.into_iter().zip(&tokens).enumerate() {
+        let (outcome, successor, access) = task.await.expect("task");
+        let state = |hash| {
+            let store = store.clone();
+            async move {
+                store
+                    .find_refresh_token(&hash)
+                    .await
+                    .expect("find_refresh_token")
+                    .map(|token| token.state)
+            }
+        };
+        if n % 2 == 0 {
+            assert_eq!(outcome.expect("rotate"), Rotation::Rotated);
+            assert!(
+                matches!(state(token.hash).await, Some(RefreshState::Rotated { successor: s, .. }) if s == successor.hash),
+                "a rotated token names its successor"
+            );
+            assert_eq!(state(successor.hash).await, Some(RefreshState::Active));
+            assert!(
+                store
+                    .find_access_token(&access.hash)
+                    .await
+                    .expect("find_access_token")
+                    .is_some(),
+                "a rotation stores its access token"
+            );
+        } else {
+            assert!(
+                matches!(
+                    outcome,
+                    Err(StoreError::Duplicate {
+                        what: "access token"
+                    })
+                ),
+                "an access token already stored is a duplicate, got {outcome:?}"
+            );
+            assert_eq!(
+                state(token.hash).await,
+                Some(RefreshState::Active),
+                "a refused rotation leaves its token active"
+            );
+            assert_eq!(state(successor.hash).await, None, "and stores no successor");
+        }
+    }
+    for task in floods {
+        let (outcome, submission) = task.await.expect("task");
+        assert_eq!(outcome.expect("record"), RecordOutcome::Recorded);
+        assert!(
+            store
+                .find_event(submission.events[0].event_uuid)
+                .await
+                .expect("find_event")
+                .is_some()
+        );
+    }
+    assert_eq!(
+        store
+            .find_grant(grant.id)
+            .await
+            .expect("find_grant")
+            .and_then(|grant| grant.last_refreshed_at),
+        Some(at),
+        "a rotation marks its grant refreshed"
+    );
+
+    // Committed, not only visible: a reopened store has the rotations.
+    store.close().await;
+    drop(store);
+    let reopened = file_store(&dir).await;
+    let rotated = reopened
+        .find_refresh_token(&tokens[0].hash)
+        .await
+        .expect("find_refresh_token")
+        .map(|token| token.state);
+    assert!(
+        matches!(rotated, Some(RefreshState::Rotated { .. })),
+        "a rotation is kept across a restart, got {rotated:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_batch_leaves_none_of_its_events_and_its_group_is_recorded() {
     let dir = TempDir::new();
@@ -381,6 +549,21 @@ async fn a_closed_store_fails_with_backend_errors() {
     assert!(matches!(
         store.record(&submission).await,
         Err(StoreError::Backend { .. })
+    ));
+    let token = refresh_token(&grant);
+    assert!(matches!(
+        store
+            .rotate_refresh_token(
+                &token.hash,
+                &refresh_token(&grant),
+                &access_token(&grant),
+                datetime!(2026-03-01 13:00:00 UTC),
+            )
+            .await,
+        Err(StoreError::Backend {
+            action: "rotate a refresh token",
+            ..
+        })
     ));
 }
 
