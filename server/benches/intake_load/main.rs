@@ -24,11 +24,19 @@
 //! behind the events (its p99 should stay under 100 ms).
 //!
 //! ```text
-//! cargo bench -p conversion-gateway-server --bench intake_load -- [--seconds 10] [--warmup 2] [--connections 64] [--rounds 3] [--generator hyper|wrk]
+//! cargo bench -p conversion-gateway-server --bench intake_load -- [--seconds 10] [--warmup 2] [--connections 64] [--rounds 3] [--generator hyper|wrk] [--baseline PATH]
 //! ```
 //!
 //! `--generator wrk` sends the flood with `wrk -t1` instead of this
 //! program's hyper clients (see [`Generator`]).
+//!
+//! `--baseline PATH` also floods another build of the service, `PATH` (say
+//! the previous commit's `target/release/conversion-gateway`), on the memory
+//! store and on SQLite, as two more targets that take their turns right
+//! after this build's: a change measured side by side in one run, which on
+//! a shared machine one run against another cannot do (rounds of one run
+//! spread by a tenth or more). A baseline's "vs memory" is against this
+//! build's memory server; compare it with the baseline's own memory line.
 //!
 //! On Linux each round also says where the CPU went, per request: the
 //! server's process, the store's own processes and threads (PostgreSQL,
@@ -41,7 +49,7 @@
 //! stream of its own deleted at the end. Not part of CI.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
@@ -63,6 +71,7 @@ mod release_server;
 
 const TYPICAL: &[u8] = include_bytes!("../../../benches/data/typical.json");
 
+#[derive(Clone)]
 struct Options {
     seconds: u64,
     /// Seconds of flood each target takes once before the rounds, not
@@ -72,6 +81,9 @@ struct Options {
     connections: usize,
     rounds: usize,
     generator: Generator,
+    /// Another build of the service to flood beside this one
+    /// (`--baseline`).
+    baseline: Option<PathBuf>,
 }
 
 /// What sends the flood.
@@ -94,9 +106,15 @@ impl Options {
             connections: 64,
             rounds: 3,
             generator: Generator::Hyper,
+            baseline: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
+            if flag == "--baseline" {
+                let path = args.next().expect("--baseline takes the path of a server binary");
+                options.baseline = Some(PathBuf::from(path));
+                continue;
+            }
             let mut value = || -> u64 {
                 args.next()
                     .and_then(|value| value.parse().ok())
@@ -177,16 +195,37 @@ async fn run(options: Options) {
         .as_deref()
         .map(|url| query_text(url, POSTGRES_SETTINGS.to_owned()));
     let postgres = database_url.map(postgres_store);
-    let mut stores: Vec<(&str, String, Vec<String>)> = vec![
-        ("memory", "memory".to_owned(), Vec::new()),
-        (
-            "sqlite",
-            format!("sqlite:{}", dir.join("load.db").display()),
+    // (name, --store, more arguments, the binary that serves it)
+    let mut stores: Vec<(&str, String, Vec<String>, &Path)> = vec![(
+        "memory",
+        "memory".to_owned(),
+        Vec::new(),
+        binary.as_path(),
+    )];
+    if let Some(baseline) = &options.baseline {
+        stores.push((
+            "memory-baseline",
+            "memory".to_owned(),
             Vec::new(),
-        ),
-    ];
+            baseline.as_path(),
+        ));
+    }
+    stores.push((
+        "sqlite",
+        format!("sqlite:{}", dir.join("load.db").display()),
+        Vec::new(),
+        binary.as_path(),
+    ));
+    if let Some(baseline) = &options.baseline {
+        stores.push((
+            "sqlite-baseline",
+            format!("sqlite:{}", dir.join("load-baseline.db").display()),
+            Vec::new(),
+            baseline.as_path(),
+        ));
+    }
     if let Some((_, url)) = &postgres {
-        stores.push(("postgres", url.clone(), Vec::new()));
+        stores.push(("postgres", url.clone(), Vec::new(), binary.as_path()));
     } else {
         eprintln!("DATABASE_URL is not set: postgres is left out");
     }
@@ -199,14 +238,14 @@ async fn run(options: Options) {
             "--events-stream".to_owned(),
             stream.clone(),
         ];
-        stores.push(("jetstream", "memory".to_owned(), args));
+        stores.push(("jetstream", "memory".to_owned(), args, binary.as_path()));
         (url, stream)
     });
     if jetstream.is_none() {
         eprintln!("NATS_URL is not set: jetstream is left out");
     }
-    for (name, store, extra) in stores {
-        let (process, address, credentials) = start_server(&binary, &dir, name, &store, &extra);
+    for (name, store, extra, binary) in stores {
+        let (process, address, credentials) = start_server(binary, &dir, name, &store, &extra);
         let refresher = Refresher::connect(address, &credentials).await;
         targets.push(Target {
             name,
@@ -223,7 +262,7 @@ async fn run(options: Options) {
     if options.warmup > 0 {
         let warmup = Options {
             seconds: options.warmup,
-            ..options
+            ..options.clone()
         };
         for target in &targets {
             let deadline = Instant::now() + Duration::from_secs(warmup.seconds);
