@@ -111,7 +111,9 @@ impl Options {
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
             if flag == "--baseline" {
-                let path = args.next().expect("--baseline takes the path of a server binary");
+                let path = args
+                    .next()
+                    .expect("--baseline takes the path of a server binary");
                 options.baseline = Some(PathBuf::from(path));
                 continue;
             }
@@ -196,12 +198,8 @@ async fn run(options: Options) {
         .map(|url| query_text(url, POSTGRES_SETTINGS.to_owned()));
     let postgres = database_url.map(postgres_store);
     // (name, --store, more arguments, the binary that serves it)
-    let mut stores: Vec<(&str, String, Vec<String>, &Path)> = vec![(
-        "memory",
-        "memory".to_owned(),
-        Vec::new(),
-        binary.as_path(),
-    )];
+    let mut stores: Vec<(&str, String, Vec<String>, &Path)> =
+        vec![("memory", "memory".to_owned(), Vec::new(), binary.as_path())];
     if let Some(baseline) = &options.baseline {
         stores.push((
             "memory-baseline",
