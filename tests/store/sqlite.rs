@@ -359,18 +359,18 @@ async fn rotations_written_among_a_flood_of_events_each_keep_their_own_outcome()
         Rotation::NotFound
     );
 
+    let state = |hash| {
+        let store = store.clone();
+        async move {
+            store
+                .find_refresh_token(&hash)
+                .await
+                .expect("find_refresh_token")
+                .map(|token| token.state)
+        }
+    };
     for (n, (task, token)) in rotations.into_iter().zip(&tokens).enumerate() {
         let (outcome, successor, access) = task.await.expect("task");
-        let state = |hash| {
-            let store = store.clone();
-            async move {
-                store
-                    .find_refresh_token(&hash)
-                    .await
-                    .expect("find_refresh_token")
-                    .map(|token| token.state)
-            }
-        };
         if n % 2 == 0 {
             assert_eq!(outcome.expect("rotate"), Rotation::Rotated);
             assert!(
