@@ -29,7 +29,7 @@ use uuid::Uuid;
 
 use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
 use crate::store::error::StoreError;
-use crate::store::sql::group_commit::{GroupQueue, Job, RECORD, answer, answer_error};
+use crate::store::sql::group_commit::{Answerer, GroupQueue, Job, RECORD};
 use crate::store::sql::records::{StoredClaim, channel_to_text};
 use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
 
@@ -54,7 +54,8 @@ pub(super) struct EventWriter {
 
 impl EventWriter {
     /// Opens a connection to the (migrated) database at `path` and starts
-    /// the writer's thread, which takes its turns at `gate`. The thread ends
+    /// the writer's thread, which takes its turns at `gate` and answers
+    /// from a task on the runtime this is called from (if any). The thread ends
     /// when the last clone of the handle is dropped, after answering what
     /// was queued.
     ///
@@ -74,6 +75,7 @@ impl EventWriter {
         let (queue, jobs) = GroupQueue::new(MAX_GROUP * 4);
         let closed = Arc::new(AtomicBool::new(false));
         let writer = Writer {
+            answerer: Answerer::on_current_runtime(),
             connection: Some(connection),
             checkpointer: Some(checkpointer),
             gate,
@@ -107,6 +109,8 @@ impl EventWriter {
 
 /// The writer's thread's state.
 struct Writer {
+    /// Answers each committed group from a task on the runtime.
+    answerer: Answerer,
     /// The connection; `None` once closed.
     connection: Option<Connection>,
     /// Checkpoints the log off this thread; `None` once closed.
@@ -135,10 +139,7 @@ impl Writer {
                 let _turn = self.gate.blocking_turn();
                 self.record_group(&jobs)
             };
-            match outcomes {
-                Ok(outcomes) => answer(&mut jobs, outcomes),
-                Err(error) => answer_error(&mut jobs, &error),
-            }
+            self.answerer.answer(&mut jobs, outcomes);
         }
     }
 
