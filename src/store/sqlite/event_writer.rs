@@ -54,10 +54,11 @@ pub(super) struct EventWriter {
 
 impl EventWriter {
     /// Opens a connection to the (migrated) database at `path` and starts
-    /// the writer's thread, which takes its turns at `gate` and answers
-    /// from a task on the runtime this is called from (if any). The thread ends
-    /// when the last clone of the handle is dropped, after answering what
-    /// was queued.
+    /// the writer's thread, which takes its turns at `gate`. It answers
+    /// from a task on the runtime this is called from if that is a
+    /// multi-thread runtime, and from its own thread otherwise. The thread
+    /// ends when the last clone of the handle is dropped, after answering
+    /// what was queued.
     ///
     /// # Errors
     /// [`StoreError::Backend`] if the database cannot be opened or the
