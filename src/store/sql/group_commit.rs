@@ -184,6 +184,22 @@ mod tests {
         ])
     }
 
+    /// The answers in `replies`, each of which must have come already.
+    fn answered_at_once(replies: Vec<Reply>) -> Vec<Result<RecordOutcome, StoreError>> {
+        replies
+            .into_iter()
+            .map(|mut reply| reply.try_recv().expect("answered"))
+            .collect()
+    }
+
+    /// A multi-thread runtime of one worker.
+    fn one_worker() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .expect("a runtime")
+    }
+
     fn assert_recorded_then_duplicate(answers: &[Result<RecordOutcome, StoreError>]) {
         assert!(matches!(
             answers,
@@ -202,11 +218,7 @@ mod tests {
         answerer.answer(&mut group, recorded_then_duplicate());
         assert!(group.is_empty());
         assert_eq!(group.capacity(), capacity, "the writer's vector is kept");
-        let answers: Vec<_> = replies
-            .into_iter()
-            .map(|mut r| r.try_recv().expect("answered"))
-            .collect();
-        assert_recorded_then_duplicate(&answers);
+        assert_recorded_then_duplicate(&answered_at_once(replies));
 
         // A group that failed: each job gets the same error.
         let (mut group, replies) = jobs(3);
@@ -225,10 +237,7 @@ mod tests {
 
     #[test]
     fn on_a_multi_thread_runtime_a_group_is_answered_by_a_task_there() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .build()
-            .expect("a runtime");
+        let runtime = one_worker();
         let answerer = runtime.block_on(async { Answerer::on_current_runtime() });
         // The runtime's one worker, held until released.
         let (release, held) = std::sync::mpsc::channel::<()>();
@@ -264,27 +273,16 @@ mod tests {
         let (mut group, replies) = jobs(2);
         // Nothing drives the runtime now; the answers come all the same.
         answerer.answer(&mut group, recorded_then_duplicate());
-        let answers: Vec<_> = replies
-            .into_iter()
-            .map(|mut r| r.try_recv().expect("answered"))
-            .collect();
-        assert_recorded_then_duplicate(&answers);
+        assert_recorded_then_duplicate(&answered_at_once(replies));
     }
 
     #[test]
     fn once_the_runtime_is_gone_a_group_is_still_answered() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .build()
-            .expect("a runtime");
+        let runtime = one_worker();
         let answerer = runtime.block_on(async { Answerer::on_current_runtime() });
         drop(runtime);
         let (mut group, replies) = jobs(2);
         answerer.answer(&mut group, recorded_then_duplicate());
-        let answers: Vec<_> = replies
-            .into_iter()
-            .map(|mut r| r.try_recv().expect("answered"))
-            .collect();
-        assert_recorded_then_duplicate(&answers);
+        assert_recorded_then_duplicate(&answered_at_once(replies));
     }
 }
