@@ -91,12 +91,14 @@ pub(crate) type GroupOutcome = Result<Vec<Result<RecordOutcome, StoreError>>, St
 /// once a group. The jobs are also dropped there, on the runtime's threads
 /// that built them, rather than on the writer's. Measured side by side (the
 /// intake bench's `--baseline`, 2026-11-29): the refreshes' p99 beside an
-/// SQLite flood lower in each of 11 rounds at 64, 256 and 1,024
-/// connections (at 256: 14.3 to 15.2 ms against 18.5 to 20.1), requests a
-/// second within the noise.
+/// SQLite flood lower in 13 of 14 rounds at 64, 256 and 1,024 connections
+/// (at 256, over a run: 15.3 ms against 18.6), requests a second within
+/// the noise.
 #[derive(Debug)]
 pub(crate) struct Answerer {
     /// The answering task's queue; `None` without a multi-thread runtime.
+    /// Unbounded, yet it holds no more jobs than callers wait for answers:
+    /// a job enters it only after its group's COMMIT.
     task: Option<mpsc::UnboundedSender<(Vec<Job>, GroupOutcome)>>,
 }
 
