@@ -198,29 +198,33 @@ async fn run(options: Options) {
         .map(|url| query_text(url, POSTGRES_SETTINGS.to_owned()));
     let postgres = database_url.map(postgres_store);
     // (name, --store, more arguments, the binary that serves it)
-    let mut stores: Vec<(&str, String, Vec<String>, &Path)> =
-        vec![("memory", "memory".to_owned(), Vec::new(), binary.as_path())];
-    if let Some(baseline) = &options.baseline {
-        stores.push((
+    let mut stores: Vec<(&str, String, Vec<String>, &Path)> = Vec::new();
+    // Memory and SQLite, each followed by the baseline's server on it.
+    let sqlite_at = |file: &str| format!("sqlite:{}", dir.join(file).display());
+    let side_by_side = [
+        (
+            "memory",
+            "memory".to_owned(),
             "memory-baseline",
             "memory".to_owned(),
-            Vec::new(),
-            baseline.as_path(),
-        ));
-    }
-    stores.push((
-        "sqlite",
-        format!("sqlite:{}", dir.join("load.db").display()),
-        Vec::new(),
-        binary.as_path(),
-    ));
-    if let Some(baseline) = &options.baseline {
-        stores.push((
+        ),
+        (
+            "sqlite",
+            sqlite_at("load.db"),
             "sqlite-baseline",
-            format!("sqlite:{}", dir.join("load-baseline.db").display()),
-            Vec::new(),
-            baseline.as_path(),
-        ));
+            sqlite_at("load-baseline.db"),
+        ),
+    ];
+    for (name, store, baseline_name, baseline_store) in side_by_side {
+        stores.push((name, store, Vec::new(), binary.as_path()));
+        if let Some(baseline) = &options.baseline {
+            stores.push((
+                baseline_name,
+                baseline_store,
+                Vec::new(),
+                baseline.as_path(),
+            ));
+        }
     }
     if let Some((_, url)) = &postgres {
         stores.push(("postgres", url.clone(), Vec::new(), binary.as_path()));

@@ -130,13 +130,13 @@ impl Answerer {
     /// (its runtime shut down), so that no caller is left without an answer
     /// for that reason.
     pub(crate) fn answer(&self, jobs: &mut Vec<Job>, outcome: GroupOutcome) {
+        let Some(task) = &self.task else {
+            return answer_group(jobs, outcome);
+        };
         let mut group = Vec::with_capacity(jobs.len());
         group.append(jobs);
-        let unanswered = match &self.task {
-            Some(task) => task.send((group, outcome)).err().map(|refused| refused.0),
-            None => Some((group, outcome)),
-        };
-        if let Some((mut group, outcome)) = unanswered {
+        if let Err(refused) = task.send((group, outcome)) {
+            let (mut group, outcome) = refused.0;
             answer_group(&mut group, outcome);
         }
     }
