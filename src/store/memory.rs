@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use self::event_log::{EventLog, StoredEvent};
+use self::event_log::EventLog;
 use crate::account::{Account, AccountId};
 use crate::records::api_key::{ApiKeyId, ApiKeyRecord};
 use crate::records::client::{Client, ClientId, PreviousSecret};
@@ -655,9 +655,10 @@ impl MemoryEventSink {
 #[async_trait]
 impl EventSink for MemoryEventSink {
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
-        // Compacted before the lock is taken, so that concurrent calls wait
-        // only for the log's operations, not for each other's copies.
-        let events: Vec<StoredEvent> = submission.events.iter().map(StoredEvent::new).collect();
+        for event in &submission.events {
+            EventLog::check_size(event)
+                .map_err(|error| StoreError::rejected("record events", error))?;
+        }
         let mut state = lock(&self.state);
         if let Some(claim) = &submission.idempotency {
             let id = (claim.account_id, claim.scope.clone(), claim.key.clone());
@@ -672,12 +673,12 @@ impl EventSink for MemoryEventSink {
         // Check every uuid before inserting any: all or nothing.
         let mut seen = std::collections::HashSet::new();
         for event in &submission.events {
-            let repeated = events.len() > 1 && !seen.insert(event.event_uuid);
+            let repeated = submission.events.len() > 1 && !seen.insert(event.event_uuid);
             if repeated || state.events.contains(&event.event_uuid) {
                 return Err(StoreError::Duplicate { what: "event" });
             }
         }
-        for event in events {
+        for event in &submission.events {
             state.events.push(event);
         }
         if let Some(claim) = &submission.idempotency {

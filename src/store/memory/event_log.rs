@@ -2,16 +2,27 @@
 //! (the feed), kept compact, with an index by uuid.
 //!
 //! Why compact: a memory store keeps every event for as long as it lives,
-//! and the kernel zeroes each fresh page it takes. Kept as a
+//! and every byte it keeps is fresh memory, which the kernel zeroes and,
+//! on a virtual machine, the host may have to back first. Kept as a
 //! [`RecordedEvent`] in a B-tree by uuid, an event took 1.11 KB (a
-//! 600-byte conversion): four strings of its own, and B-tree leaves left
-//! half full by time-ordered inserts. Zeroing those pages was 16% of the
-//! memory server's CPU under an intake flood (profiled with perf). Here the
-//! event's fixed-size part sits packed in chunks, its four short texts
-//! share one allocation, the payload's text is shared with the submission,
-//! and the B-tree holds only uuids and positions: 0.92 KB an event, most of
-//! it the payload. Measured side by side, 5 runs each: 3% more requests a
-//! second, 3% less CPU per request.
+//! 600-byte conversion); zeroing those pages was 16% of the memory
+//! server's CPU under an intake flood (profiled with perf). On a VM whose
+//! host charged 2.8 µs a KiB of fresh memory, keeping an event cost the
+//! memory server more CPU than the rest of its request path over a bare
+//! handler (`server/benches/intake_load/NOTES.md`).
+//!
+//! So an event's texts (its four short ones, the payload's JSON, the
+//! client of a bearer channel) are copied one after the other into large
+//! blocks of text, with no allocation, header or size-class rounding of
+//! their own; its fixed-size part (uuids, instant, where its texts are)
+//! sits packed in chunks; the B-tree holds only uuids and positions.
+//! Measured by the resident set over an intake flood, a typical
+//! conversion takes 730 bytes, 520 of them the payload's text, against
+//! 880 with the texts in allocations of their own (a payload of 536
+//! bytes with its reference counts took mimalloc's 640-byte size class).
+//! The copy into the block costs less than the allocations it replaces;
+//! on the VM above, the memory server's CPU a request fell 4% (eight
+//! alternated runs, within the noise of any one).
 
 use std::collections::BTreeMap;
 
@@ -19,17 +30,31 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::account::AccountId;
+use crate::records::client::ClientId;
 use crate::records::event::{EventPayload, IntakeChannel, RecordedEvent};
 
 /// Events per chunk. The log grows a chunk at a time, so a long log is
 /// never copied to a larger allocation while the sink's lock is held.
 const CHUNK: usize = 4096;
 
+/// Bytes per block of text. Blocks never grow (an event whose texts do not
+/// fit starts the next one), so a block's text never moves.
+const TEXT_BLOCK: usize = 1 << 20;
+
+/// The most bytes of text one event can take: the offsets kept for it are
+/// 32-bit. An HTTP body is far smaller; a host recording through the trait
+/// directly gets [`EventTooLarge`] beyond this.
+const MAX_EVENT_TEXT: usize = u32::MAX as usize;
+
 /// Every recorded event, in the order recorded, and where each uuid is.
 #[derive(Default)]
 pub(super) struct EventLog {
-    /// The events, [`CHUNK`] to a chunk; only the last one has room.
+    /// The events' fixed-size parts, [`CHUNK`] to a chunk; only the last
+    /// one has room.
     chunks: Vec<Vec<StoredEvent>>,
+    /// The events' texts, in blocks of [`TEXT_BLOCK`] bytes (or one
+    /// event's, if larger); only the last one has room.
+    texts: Vec<String>,
     /// Each event's position in the log. A B-tree, not a hash map: a hash
     /// map that outgrows its table moves every entry to a new one while the
     /// sink's lock is held, and with a million events that stalled every
@@ -39,7 +64,21 @@ pub(super) struct EventLog {
     positions: BTreeMap<Uuid, usize>,
 }
 
+/// An event whose texts are too large for the log to keep.
+#[derive(Debug, thiserror::Error)]
+#[error("an event's texts take more than {MAX_EVENT_TEXT} bytes")]
+pub(super) struct EventTooLarge;
+
 impl EventLog {
+    /// Whether the log can keep `event`: its texts take at most
+    /// [`MAX_EVENT_TEXT`] bytes.
+    ///
+    /// # Errors
+    /// [`EventTooLarge`].
+    pub(super) fn check_size(event: &RecordedEvent) -> Result<(), EventTooLarge> {
+        text_length_fits(texts_of(event).iter().map(|text| text.len()).sum())
+    }
+
     /// How many events are recorded.
     pub(super) fn len(&self) -> usize {
         self.positions.len()
@@ -50,90 +89,164 @@ impl EventLog {
         self.positions.contains_key(uuid)
     }
 
-    /// Appends `event`, whose uuid the caller checked is not recorded.
-    pub(super) fn push(&mut self, event: StoredEvent) {
+    /// Appends `event`, whose uuid the caller checked is not recorded and
+    /// whose size it checked with [`EventLog::check_size`].
+    pub(super) fn push(&mut self, event: &RecordedEvent) {
         let position = self.len();
+        let (block, start, ends) = self.append_texts(event);
         if self.chunks.last().is_none_or(|chunk| chunk.len() == CHUNK) {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
         self.positions.insert(event.event_uuid, position);
         if let Some(chunk) = self.chunks.last_mut() {
-            chunk.push(event);
+            chunk.push(StoredEvent {
+                event_uuid: event.event_uuid,
+                account_id: event.account_id,
+                received_at: event.received_at,
+                block,
+                start,
+                ends,
+                bearer: matches!(event.channel, IntakeChannel::Bearer { .. }),
+            });
         }
     }
 
     /// The event with `uuid`, if recorded.
     pub(super) fn find(&self, uuid: &Uuid) -> Option<RecordedEvent> {
         let position = *self.positions.get(uuid)?;
-        self.at(position).map(StoredEvent::to_recorded)
+        self.at(position)
     }
 
     /// The events at positions `start..end` (clamped to the log).
     pub(super) fn range(&self, start: usize, end: usize) -> Vec<RecordedEvent> {
         (start..end.min(self.len()))
             .filter_map(|position| self.at(position))
-            .map(StoredEvent::to_recorded)
             .collect()
     }
 
-    fn at(&self, position: usize) -> Option<&StoredEvent> {
-        self.chunks.get(position / CHUNK)?.get(position % CHUNK)
+    fn at(&self, position: usize) -> Option<RecordedEvent> {
+        let stored = self.chunks.get(position / CHUNK)?.get(position % CHUNK)?;
+        let block = self.texts.get(usize::try_from(stored.block).ok()?)?;
+        Some(stored.to_recorded(block))
+    }
+
+    /// Copies `event`'s texts one after the other into the last block (a
+    /// new one if they do not fit): the block's index, where they start in
+    /// it, and where each ends, from that start.
+    fn append_texts(&mut self, event: &RecordedEvent) -> (u32, u32, [u32; TEXTS]) {
+        let texts = texts_of(event);
+        let total: usize = texts.iter().map(|text| text.len()).sum();
+        let fits = self
+            .texts
+            .last()
+            .is_some_and(|block| block.capacity() - block.len() >= total);
+        if !fits {
+            self.texts
+                .push(String::with_capacity(total.max(TEXT_BLOCK)));
+        }
+        let index = self.texts.len() - 1;
+        let block = &mut self.texts[index];
+        let start = block.len();
+        let mut ends = [0; TEXTS];
+        for (end, text) in ends.iter_mut().zip(texts) {
+            block.push_str(text);
+            *end = offset(block.len() - start);
+        }
+        (offset(index), offset(start), ends)
     }
 }
 
-/// A [`RecordedEvent`] as the log keeps it.
-pub(super) struct StoredEvent {
+/// Whether texts of `total` bytes fit the log's offsets.
+fn text_length_fits(total: usize) -> Result<(), EventTooLarge> {
+    if total <= MAX_EVENT_TEXT {
+        Ok(())
+    } else {
+        Err(EventTooLarge)
+    }
+}
+
+/// How many texts an event keeps (see [`texts_of`]).
+const TEXTS: usize = 6;
+
+/// `event`'s texts in the order the log keeps them: type, family,
+/// conversion identifier, e-mail, the payload's JSON, and the client of a
+/// bearer channel (empty for an API key).
+fn texts_of(event: &RecordedEvent) -> [&str; TEXTS] {
+    let client = match &event.channel {
+        IntakeChannel::ApiKey => "",
+        IntakeChannel::Bearer { client_id } => client_id.as_str(),
+    };
+    [
+        event.event_type.as_str(),
+        event.event_family.as_str(),
+        event.conversion_identifier.as_str(),
+        event.email.as_str(),
+        event.payload.as_str(),
+        client,
+    ]
+}
+
+/// A block index or an offset in a block, which [`MAX_EVENT_TEXT`] and the
+/// block's size keep within 32 bits (a block holds at most one event
+/// larger than [`TEXT_BLOCK`], and 4,096 blocks of 1 MiB are 4 GiB: past
+/// that, only the index grows, and `u32` blocks are 4 PiB).
+fn offset(value: usize) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+/// The fixed-size part of a [`RecordedEvent`] as the log keeps it: 84
+/// bytes, against 128 with its texts as strings of their own.
+struct StoredEvent {
     event_uuid: Uuid,
     account_id: AccountId,
     received_at: OffsetDateTime,
-    /// `event_type`, `event_family`, `conversion_identifier` and `email`,
-    /// one after the other.
-    texts: Box<str>,
-    /// Where the first three of `texts` end.
-    ends: [usize; 3],
-    payload: EventPayload,
-    channel: IntakeChannel,
+    /// The block of text that holds the event's texts.
+    block: u32,
+    /// Where they start in it.
+    start: u32,
+    /// Where each of them ends, from `start`, in [`texts_of`]'s order.
+    ends: [u32; TEXTS],
+    /// Whether the channel is a bearer token (of the client whose id is
+    /// the last text) rather than an API key.
+    bearer: bool,
 }
 
 impl StoredEvent {
-    /// `event`, compacted (its payload's text is shared, not copied).
-    pub(super) fn new(event: &RecordedEvent) -> Self {
-        let parts = [
-            event.event_type.as_str(),
-            event.event_family.as_str(),
-            event.conversion_identifier.as_str(),
-            event.email.as_str(),
-        ];
-        let mut ends = [0; 3];
-        let mut end = 0;
-        for (slot, part) in ends.iter_mut().zip(parts) {
-            end += part.len();
-            *slot = end;
+    /// The event as it was recorded, its texts read from `block`.
+    fn to_recorded(&self, block: &str) -> RecordedEvent {
+        let start = self.start as usize;
+        let mut texts = [""; TEXTS];
+        let mut from = start;
+        for (text, &end) in texts.iter_mut().zip(&self.ends) {
+            let to = start + end as usize;
+            *text = block.get(from..to).unwrap_or_default();
+            from = to;
         }
-        Self {
-            event_uuid: event.event_uuid,
-            account_id: event.account_id,
-            received_at: event.received_at,
-            texts: parts.concat().into_boxed_str(),
-            ends,
-            payload: event.payload.clone(),
-            channel: event.channel.clone(),
-        }
-    }
-
-    /// The event as it was recorded.
-    pub(super) fn to_recorded(&self) -> RecordedEvent {
-        let [type_end, family_end, conversion_end] = self.ends;
+        let [
+            event_type,
+            event_family,
+            conversion_identifier,
+            email,
+            payload,
+            client,
+        ] = texts;
         RecordedEvent {
             event_uuid: self.event_uuid,
             account_id: self.account_id,
             received_at: self.received_at,
-            event_type: self.texts[..type_end].to_owned(),
-            event_family: self.texts[type_end..family_end].to_owned(),
-            conversion_identifier: self.texts[family_end..conversion_end].to_owned(),
-            email: self.texts[conversion_end..].to_owned(),
-            payload: self.payload.clone(),
-            channel: self.channel.clone(),
+            event_type: event_type.to_owned(),
+            event_family: event_family.to_owned(),
+            conversion_identifier: conversion_identifier.to_owned(),
+            email: email.to_owned(),
+            // It was JSON when it was recorded.
+            payload: EventPayload::from_written_json(payload.to_owned()),
+            channel: if self.bearer {
+                IntakeChannel::Bearer {
+                    client_id: ClientId::new(client),
+                }
+            } else {
+                IntakeChannel::ApiKey
+            },
         }
     }
 }
@@ -164,15 +277,84 @@ mod tests {
         let bearer = IntakeChannel::Bearer {
             client_id: ClientId::new("app"),
         };
-        for original in [event(1, IntakeChannel::ApiKey), event(2, bearer)] {
+        let mut log = EventLog::default();
+        let mut recorded = Vec::new();
+        for (n, original) in [event(1, IntakeChannel::ApiKey), event(2, bearer)]
+            .into_iter()
+            .enumerate()
+        {
             let mut odd = original.clone();
             // Empty and non-ASCII texts keep their bounds.
+            odd.event_uuid = Uuid::from_u128(100 + u128::try_from(n).expect("small"));
             odd.event_family = String::new();
             odd.email = "joão@exemplo.com.br".to_owned();
-            for recorded in [original, odd] {
-                assert_eq!(StoredEvent::new(&recorded).to_recorded(), recorded);
-            }
+            recorded.extend([original, odd]);
         }
+        for event in &recorded {
+            log.push(event);
+        }
+        for event in &recorded {
+            assert_eq!(log.find(&event.event_uuid).as_ref(), Some(event));
+        }
+        assert_eq!(log.range(0, 4), recorded);
+    }
+
+    #[test]
+    fn texts_that_do_not_fit_start_a_block_and_larger_ones_have_their_own() {
+        let mut log = EventLog::default();
+        let mut big = event(1, IntakeChannel::ApiKey);
+        // Larger than a block: a block of its own, exactly its size.
+        let filler = "x".repeat(TEXT_BLOCK);
+        big.payload = EventPayload::from_value(&serde_json::json!({ "filler": filler }));
+        let small = event(2, IntakeChannel::ApiKey);
+        log.push(&small);
+        log.push(&big);
+        log.push(&event(3, IntakeChannel::ApiKey));
+        assert_eq!(
+            log.texts.len(),
+            3,
+            "the small event after the big one needs a new block"
+        );
+        assert_eq!(log.texts[1].len(), texts_of(&big).concat().len());
+        // Fill the third block to within a byte of its end: the next event
+        // goes to a fourth.
+        let room = TEXT_BLOCK - log.texts[2].len();
+        let mut filling = event(4, IntakeChannel::ApiKey);
+        let others: usize = texts_of(&filling).iter().map(|t| t.len()).sum();
+        filling.email = "e".repeat(filling.email.len() + room - others - 1);
+        log.push(&filling);
+        assert_eq!(log.texts.len(), 3);
+        assert_eq!(log.texts[2].len(), TEXT_BLOCK - 1);
+        log.push(&event(5, IntakeChannel::ApiKey));
+        assert_eq!(log.texts.len(), 4);
+        for n in 1..=5 {
+            let found = log.find(&Uuid::from_u128(n)).expect("recorded");
+            let expected = match n {
+                1 => big.clone(),
+                4 => filling.clone(),
+                n => event(n, IntakeChannel::ApiKey),
+            };
+            assert_eq!(found.payload.as_str(), expected.payload.as_str());
+            assert_eq!(found, expected);
+        }
+    }
+
+    #[test]
+    fn an_event_is_kept_in_84_bytes_beside_its_texts() {
+        // The point of the layout: see the module's documentation.
+        assert_eq!(std::mem::size_of::<StoredEvent>(), 84);
+    }
+
+    #[test]
+    fn only_events_whose_texts_fit_32_bit_offsets_can_be_kept() {
+        assert!(EventLog::check_size(&event(1, IntakeChannel::ApiKey)).is_ok());
+        // The bound itself, on lengths (4 GiB of text would take the
+        // machine's memory to build).
+        assert!(text_length_fits(MAX_EVENT_TEXT).is_ok());
+        if let Some(over) = MAX_EVENT_TEXT.checked_add(1) {
+            assert!(text_length_fits(over).is_err());
+        }
+        assert_eq!(MAX_EVENT_TEXT, 4_294_967_295);
     }
 
     #[test]
@@ -181,7 +363,7 @@ mod tests {
         let count = CHUNK * 2 + 3;
         for n in 0..count {
             let n = u128::try_from(n).expect("small");
-            log.push(StoredEvent::new(&event(n, IntakeChannel::ApiKey)));
+            log.push(&event(n, IntakeChannel::ApiKey));
         }
         assert_eq!(log.len(), count);
         assert!(log.contains(&Uuid::from_u128(0)));
