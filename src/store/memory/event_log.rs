@@ -76,7 +76,7 @@ impl EventLog {
     /// # Errors
     /// [`EventTooLarge`].
     pub(super) fn check_size(event: &RecordedEvent) -> Result<(), EventTooLarge> {
-        text_length_fits(texts_of(event).iter().map(|text| text.len()).sum())
+        text_length_fits(text_length(event))
     }
 
     /// How many events are recorded.
@@ -134,8 +134,7 @@ impl EventLog {
     /// new one if they do not fit): the block's index, where they start in
     /// it, and where each ends, from that start.
     fn append_texts(&mut self, event: &RecordedEvent) -> (u32, u32, [u32; TEXTS]) {
-        let texts = texts_of(event);
-        let total: usize = texts.iter().map(|text| text.len()).sum();
+        let total = text_length(event);
         let fits = self
             .texts
             .last()
@@ -148,12 +147,17 @@ impl EventLog {
         let block = &mut self.texts[index];
         let start = block.len();
         let mut ends = [0; TEXTS];
-        for (end, text) in ends.iter_mut().zip(texts) {
+        for (end, text) in ends.iter_mut().zip(texts_of(event)) {
             block.push_str(text);
             *end = offset(block.len() - start);
         }
         (offset(index), offset(start), ends)
     }
+}
+
+/// The bytes of all of `event`'s texts.
+fn text_length(event: &RecordedEvent) -> usize {
+    texts_of(event).iter().map(|text| text.len()).sum()
 }
 
 /// Whether texts of `total` bytes fit the log's offsets.
