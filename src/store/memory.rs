@@ -630,15 +630,38 @@ fn feed_page(
 }
 
 /// [`EventSink`] in memory.
-#[derive(Default)]
 pub struct MemoryEventSink {
     state: Mutex<EventState>,
+    /// The most bytes of text (its short texts, the payload's JSON and the
+    /// client's id) the sink keeps for one event.
+    max_event_text: usize,
+}
+
+impl Default for MemoryEventSink {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            max_event_text: event_log::MAX_EVENT_TEXT,
+        }
+    }
 }
 
 impl MemoryEventSink {
-    /// An empty sink.
+    /// An empty sink, which keeps events of up to 4 GiB of text (its
+    /// offsets are 32-bit); an HTTP body is bounded far below that.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The sink keeping events of at most `bytes` of text (the offsets'
+    /// 4 GiB at most). A larger event is refused with
+    /// [`StoreError::Rejected`], and a submission holding one records
+    /// nothing: for a host recording through the trait directly that bounds
+    /// what one event may keep in memory.
+    #[must_use]
+    pub fn with_max_event_text(mut self, bytes: usize) -> Self {
+        self.max_event_text = bytes.min(event_log::MAX_EVENT_TEXT);
+        self
     }
 
     /// How many events are recorded.
@@ -656,7 +679,7 @@ impl MemoryEventSink {
 impl EventSink for MemoryEventSink {
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
         for event in &submission.events {
-            EventLog::check_size(event)
+            EventLog::check_size(event, self.max_event_text)
                 .map_err(|error| StoreError::rejected("record events", error))?;
         }
         let mut state = lock(&self.state);
@@ -670,16 +693,23 @@ impl EventSink for MemoryEventSink {
                 return Ok(existing.outcome_for(claim));
             }
         }
-        // Check every uuid before inserting any: all or nothing.
-        let mut seen = std::collections::HashSet::new();
-        for event in &submission.events {
-            let repeated = submission.events.len() > 1 && !seen.insert(event.event_uuid);
-            if repeated || state.events.contains(&event.event_uuid) {
+        if let [event] = submission.events.as_slice() {
+            // One event: appending it is the check.
+            if !state.events.push_new(event) {
                 return Err(StoreError::Duplicate { what: "event" });
             }
-        }
-        for event in &submission.events {
-            state.events.push(event);
+        } else {
+            // Check every uuid before appending any: all or nothing.
+            let mut seen = std::collections::HashSet::new();
+            for event in &submission.events {
+                if !seen.insert(event.event_uuid) || state.events.contains(&event.event_uuid) {
+                    return Err(StoreError::Duplicate { what: "event" });
+                }
+            }
+            for event in &submission.events {
+                let appended = state.events.push_new(event);
+                debug_assert!(appended, "checked above");
+            }
         }
         if let Some(claim) = &submission.idempotency {
             state.claims.insert(

@@ -621,6 +621,27 @@ async fn a_failing_sink_answers_503_without_a_uuid() {
 }
 
 #[tokio::test]
+async fn an_event_larger_than_the_sink_keeps_answers_422_and_is_not_recorded() {
+    let sink = Arc::new(conversion_gateway::MemoryEventSink::new().with_max_event_text(1_000));
+    let stores = Stores {
+        events: sink.clone(),
+        feed: sink.clone(),
+        ..Stores::in_memory()
+    };
+    let t = Intake::with_stores(stores).await;
+    let mut large = conversion_body("lead@example.com");
+    large["payload"]["name"] = json!("n".repeat(1_000));
+    let answer = t.send(&large).await;
+    assert_error(&answer, 422, "UNPROCESSABLE_ENTITY");
+    assert_eq!(answer.header("retry-after"), None, "retrying cannot help");
+    assert!(sink.is_empty());
+    // A small one is still recorded.
+    let small = t.send(&conversion_body("lead@example.com")).await;
+    assert_eq!(small.status, 200);
+    assert!(t.stored(&small).await.is_some());
+}
+
+#[tokio::test]
 async fn idempotency_keys_are_scoped_by_credential() {
     let t = Intake::new().await;
     let (token, _) = t.f.tokens().await;

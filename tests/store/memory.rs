@@ -121,3 +121,82 @@ async fn the_default_skip_after_reads_a_large_limit_a_page_at_a_time() {
         "never more than 500 events read at once"
     );
 }
+
+/// A typical event whose e-mail is `email`.
+fn lead(email: &str) -> RecordedEvent {
+    RecordedEvent {
+        event_uuid: random_uuid(&OsRandom),
+        account_id: AccountId(random_uuid(&OsRandom)),
+        received_at: datetime!(2026-03-01 12:00 UTC),
+        event_type: "CONVERSION".into(),
+        event_family: "CDP".into(),
+        conversion_identifier: "signup".into(),
+        email: email.into(),
+        payload: serde_json::json!({ "conversion_identifier": "signup", "email": email }).into(),
+        channel: IntakeChannel::ApiKey,
+    }
+}
+
+/// The bytes of text the memory sink keeps for `event`.
+fn text_bytes(event: &RecordedEvent) -> usize {
+    event.event_type.len()
+        + event.event_family.len()
+        + event.conversion_identifier.len()
+        + event.email.len()
+        + event.payload.as_str().len()
+}
+
+#[tokio::test]
+async fn a_memory_sink_refuses_events_over_its_text_limit_and_records_nothing_of_their_batch() {
+    let small = lead("a@example.com");
+    let large = lead("a-much-longer-address@example.com");
+    let sink = MemoryEventSink::new().with_max_event_text(text_bytes(&small));
+    let batch = EventSubmission {
+        events: vec![small.clone(), large.clone()],
+        batch_uuid: Some(random_uuid(&OsRandom)),
+        idempotency: None,
+    };
+    let refused = sink.record(&batch).await.expect_err("one event too large");
+    assert!(
+        matches!(refused, StoreError::Rejected { .. }),
+        "{refused:?}"
+    );
+    assert!(!refused.is_retryable());
+    assert!(sink.is_empty(), "all or nothing");
+    let alone = EventSubmission {
+        events: vec![large.clone()],
+        batch_uuid: None,
+        idempotency: None,
+    };
+    assert!(matches!(
+        sink.record(&alone).await,
+        Err(StoreError::Rejected { .. })
+    ));
+    // An event of exactly the limit is kept.
+    let fits = EventSubmission {
+        events: vec![small.clone()],
+        batch_uuid: None,
+        idempotency: None,
+    };
+    sink.record(&fits).await.expect("within the limit");
+    assert_eq!(
+        sink.find_event(small.event_uuid).await.unwrap(),
+        Some(small)
+    );
+    assert_eq!(sink.find_event(large.event_uuid).await.unwrap(), None);
+    assert_eq!(sink.len(), 1);
+}
+
+#[tokio::test]
+async fn a_memory_sinks_text_limit_cannot_exceed_its_32_bit_offsets() {
+    // A limit over 4 GiB is the offsets' 4 GiB: an ordinary event still fits.
+    let sink = MemoryEventSink::new().with_max_event_text(usize::MAX);
+    let event = lead("a@example.com");
+    let submission = EventSubmission {
+        events: vec![event.clone()],
+        batch_uuid: None,
+        idempotency: None,
+    };
+    sink.record(&submission).await.expect("fits");
+    assert_eq!(sink.len(), 1);
+}

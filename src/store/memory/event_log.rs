@@ -43,8 +43,9 @@ const TEXT_BLOCK: usize = 1 << 20;
 
 /// The most bytes of text one event can take: the offsets kept for it are
 /// 32-bit. An HTTP body is far smaller; a host recording through the trait
-/// directly gets [`EventTooLarge`] beyond this.
-const MAX_EVENT_TEXT: usize = u32::MAX as usize;
+/// directly gets [`EventTooLarge`] beyond this, or beyond the lower bound
+/// it set (`MemoryEventSink::with_max_event_text`).
+pub(super) const MAX_EVENT_TEXT: usize = u32::MAX as usize;
 
 /// Every recorded event, in the order recorded, and where each uuid is.
 #[derive(Default)]
@@ -64,19 +65,24 @@ pub(super) struct EventLog {
     positions: BTreeMap<Uuid, usize>,
 }
 
-/// An event whose texts are too large for the log to keep.
+/// An event whose texts are larger than the sink keeps.
 #[derive(Debug, thiserror::Error)]
-#[error("an event's texts take more than {MAX_EVENT_TEXT} bytes")]
-pub(super) struct EventTooLarge;
+#[error("an event's texts take {length} bytes, more than the {limit} kept")]
+pub(super) struct EventTooLarge {
+    /// The bytes of the event's texts.
+    length: usize,
+    /// The most the sink keeps.
+    limit: usize,
+}
 
 impl EventLog {
-    /// Whether the log can keep `event`: its texts take at most
-    /// [`MAX_EVENT_TEXT`] bytes.
+    /// Whether `event`'s texts take at most `limit` bytes (and at most
+    /// [`MAX_EVENT_TEXT`], whatever `limit` says).
     ///
     /// # Errors
     /// [`EventTooLarge`].
-    pub(super) fn check_size(event: &RecordedEvent) -> Result<(), EventTooLarge> {
-        text_length_fits(text_length(event))
+    pub(super) fn check_size(event: &RecordedEvent, limit: usize) -> Result<(), EventTooLarge> {
+        text_length_fits(text_length(event), limit)
     }
 
     /// How many events are recorded.
@@ -89,15 +95,24 @@ impl EventLog {
         self.positions.contains_key(uuid)
     }
 
-    /// Appends `event`, whose uuid the caller checked is not recorded and
-    /// whose size it checked with [`EventLog::check_size`].
-    pub(super) fn push(&mut self, event: &RecordedEvent) {
+    /// Appends `event` unless an event with its uuid is recorded: whether
+    /// it was appended. The caller checked its size with
+    /// [`EventLog::check_size`].
+    ///
+    /// One descent of the B-tree both refuses a recorded uuid and places a
+    /// new one (a sink recording one event needs no separate check).
+    pub(super) fn push_new(&mut self, event: &RecordedEvent) -> bool {
         let position = self.len();
+        let std::collections::btree_map::Entry::Vacant(slot) =
+            self.positions.entry(event.event_uuid)
+        else {
+            return false;
+        };
+        slot.insert(position);
         let (block, start, ends) = self.append_texts(event);
         if self.chunks.last().is_none_or(|chunk| chunk.len() == CHUNK) {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
-        self.positions.insert(event.event_uuid, position);
         if let Some(chunk) = self.chunks.last_mut() {
             chunk.push(StoredEvent {
                 event_uuid: event.event_uuid,
@@ -109,6 +124,7 @@ impl EventLog {
                 bearer: matches!(event.channel, IntakeChannel::Bearer { .. }),
             });
         }
+        true
     }
 
     /// The event with `uuid`, if recorded.
@@ -160,12 +176,14 @@ fn text_length(event: &RecordedEvent) -> usize {
     texts_of(event).iter().map(|text| text.len()).sum()
 }
 
-/// Whether texts of `total` bytes fit the log's offsets.
-fn text_length_fits(total: usize) -> Result<(), EventTooLarge> {
-    if total <= MAX_EVENT_TEXT {
+/// Whether texts of `length` bytes are within `limit` and fit the log's
+/// offsets.
+fn text_length_fits(length: usize, limit: usize) -> Result<(), EventTooLarge> {
+    let limit = limit.min(MAX_EVENT_TEXT);
+    if length <= limit {
         Ok(())
     } else {
-        Err(EventTooLarge)
+        Err(EventTooLarge { length, limit })
     }
 }
 
@@ -295,7 +313,7 @@ mod tests {
             recorded.extend([original, odd]);
         }
         for event in &recorded {
-            log.push(event);
+            assert!(log.push_new(event));
         }
         for event in &recorded {
             assert_eq!(log.find(&event.event_uuid).as_ref(), Some(event));
@@ -311,9 +329,9 @@ mod tests {
         let filler = "x".repeat(TEXT_BLOCK);
         big.payload = EventPayload::from_value(&serde_json::json!({ "filler": filler }));
         let small = event(2, IntakeChannel::ApiKey);
-        log.push(&small);
-        log.push(&big);
-        log.push(&event(3, IntakeChannel::ApiKey));
+        assert!(log.push_new(&small));
+        assert!(log.push_new(&big));
+        assert!(log.push_new(&event(3, IntakeChannel::ApiKey)));
         assert_eq!(
             log.texts.len(),
             3,
@@ -326,10 +344,10 @@ mod tests {
         let mut filling = event(4, IntakeChannel::ApiKey);
         let others: usize = texts_of(&filling).iter().map(|t| t.len()).sum();
         filling.email = "e".repeat(filling.email.len() + room - others - 1);
-        log.push(&filling);
+        assert!(log.push_new(&filling));
         assert_eq!(log.texts.len(), 3);
         assert_eq!(log.texts[2].len(), TEXT_BLOCK - 1);
-        log.push(&event(5, IntakeChannel::ApiKey));
+        assert!(log.push_new(&event(5, IntakeChannel::ApiKey)));
         assert_eq!(log.texts.len(), 4);
         for n in 1..=5 {
             let found = log.find(&Uuid::from_u128(n)).expect("recorded");
@@ -350,15 +368,40 @@ mod tests {
     }
 
     #[test]
-    fn only_events_whose_texts_fit_32_bit_offsets_can_be_kept() {
-        assert!(EventLog::check_size(&event(1, IntakeChannel::ApiKey)).is_ok());
-        // The bound itself, on lengths (4 GiB of text would take the
-        // machine's memory to build).
-        assert!(text_length_fits(MAX_EVENT_TEXT).is_ok());
+    fn only_events_within_the_limit_and_32_bit_offsets_can_be_kept() {
+        let typical = event(1, IntakeChannel::ApiKey);
+        let length = text_length(&typical);
+        assert!(EventLog::check_size(&typical, length).is_ok());
+        let refused = EventLog::check_size(&typical, length - 1).expect_err("one byte over");
+        assert_eq!(
+            refused.to_string(),
+            format!(
+                "an event's texts take {length} bytes, more than the {} kept",
+                length - 1
+            )
+        );
+        // The offsets' bound, on lengths (4 GiB of text would take the
+        // machine's memory to build): a larger limit does not lift it.
+        assert!(text_length_fits(MAX_EVENT_TEXT, usize::MAX).is_ok());
         if let Some(over) = MAX_EVENT_TEXT.checked_add(1) {
-            assert!(text_length_fits(over).is_err());
+            let refused = text_length_fits(over, usize::MAX).expect_err("over 32 bits");
+            assert_eq!(refused.limit, MAX_EVENT_TEXT);
         }
         assert_eq!(MAX_EVENT_TEXT, 4_294_967_295);
+    }
+
+    #[test]
+    fn a_recorded_uuid_is_refused_and_leaves_the_log_as_it_was() {
+        let mut log = EventLog::default();
+        let first = event(1, IntakeChannel::ApiKey);
+        assert!(log.push_new(&first));
+        let mut again = event(2, IntakeChannel::ApiKey);
+        again.event_uuid = first.event_uuid;
+        assert!(!log.push_new(&again));
+        assert_eq!(log.len(), 1);
+        assert_eq!(log.texts[0].len(), text_length(&first), "no text kept");
+        assert_eq!(log.find(&first.event_uuid), Some(first.clone()));
+        assert_eq!(log.range(0, 5), [first]);
     }
 
     #[test]
@@ -367,7 +410,7 @@ mod tests {
         let count = CHUNK * 2 + 3;
         for n in 0..count {
             let n = u128::try_from(n).expect("small");
-            log.push(&event(n, IntakeChannel::ApiKey));
+            assert!(log.push_new(&event(n, IntakeChannel::ApiKey)));
         }
         assert_eq!(log.len(), count);
         assert!(log.contains(&Uuid::from_u128(0)));
