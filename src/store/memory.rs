@@ -654,13 +654,14 @@ impl MemoryEventSink {
     }
 
     /// The sink keeping events of at most `bytes` of text (the offsets'
-    /// 4 GiB at most). A larger event is refused with
-    /// [`StoreError::Rejected`], and a submission holding one records
+    /// 4 GiB at most, whatever `bytes` says). A larger event is refused
+    /// with [`StoreError::Rejected`], and a submission holding one records
     /// nothing: for a host recording through the trait directly that bounds
     /// what one event may keep in memory.
     #[must_use]
     pub fn with_max_event_text(mut self, bytes: usize) -> Self {
-        self.max_event_text = bytes.min(event_log::MAX_EVENT_TEXT);
+        // `EventLog::check_size` applies the offsets' bound itself.
+        self.max_event_text = bytes;
         self
     }
 

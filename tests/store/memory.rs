@@ -83,17 +83,7 @@ async fn the_default_skip_after_reads_a_large_limit_a_page_at_a_time() {
     let account = AccountId(random_uuid(&OsRandom));
     for batch in 0..12 {
         let events = (0..100)
-            .map(|n| RecordedEvent {
-                event_uuid: random_uuid(&OsRandom),
-                account_id: account,
-                received_at: datetime!(2026-03-01 12:00 UTC),
-                event_type: "CONVERSION".into(),
-                event_family: "CDP".into(),
-                conversion_identifier: "signup".into(),
-                email: format!("lead{batch}-{n}@example.com"),
-                payload: serde_json::json!({ "conversion_identifier": "signup" }).into(),
-                channel: IntakeChannel::ApiKey,
-            })
+            .map(|n| lead(account, &format!("lead{batch}-{n}@example.com")))
             .collect();
         let submission = EventSubmission {
             events,
@@ -122,11 +112,11 @@ async fn the_default_skip_after_reads_a_large_limit_a_page_at_a_time() {
     );
 }
 
-/// A typical event whose e-mail is `email`.
-fn lead(email: &str) -> RecordedEvent {
+/// A typical event of `account` whose e-mail is `email`.
+fn lead(account: AccountId, email: &str) -> RecordedEvent {
     RecordedEvent {
         event_uuid: random_uuid(&OsRandom),
-        account_id: AccountId(random_uuid(&OsRandom)),
+        account_id: account,
         received_at: datetime!(2026-03-01 12:00 UTC),
         event_type: "CONVERSION".into(),
         event_family: "CDP".into(),
@@ -148,8 +138,9 @@ fn text_bytes(event: &RecordedEvent) -> usize {
 
 #[tokio::test]
 async fn a_memory_sink_refuses_events_over_its_text_limit_and_records_nothing_of_their_batch() {
-    let small = lead("a@example.com");
-    let large = lead("a-much-longer-address@example.com");
+    let account = AccountId(random_uuid(&OsRandom));
+    let small = lead(account, "a@example.com");
+    let large = lead(account, "a-much-longer-address@example.com");
     let sink = MemoryEventSink::new().with_max_event_text(text_bytes(&small));
     let batch = EventSubmission {
         events: vec![small.clone(), large.clone()],
@@ -191,7 +182,7 @@ async fn a_memory_sink_refuses_events_over_its_text_limit_and_records_nothing_of
 async fn a_memory_sinks_text_limit_cannot_exceed_its_32_bit_offsets() {
     // A limit over 4 GiB is the offsets' 4 GiB: an ordinary event still fits.
     let sink = MemoryEventSink::new().with_max_event_text(usize::MAX);
-    let event = lead("a@example.com");
+    let event = lead(AccountId(random_uuid(&OsRandom)), "a@example.com");
     let submission = EventSubmission {
         events: vec![event.clone()],
         batch_uuid: None,
