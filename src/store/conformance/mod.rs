@@ -125,6 +125,7 @@ pub async fn check_webhook_store(store: Arc<dyn WebhookStore>) {
     webhooks::check_status_and_deletion(&*store).await;
     webhooks::check_dispatch(&*store).await;
     webhook_deliveries::check_lease_order(&*store).await;
+    webhook_deliveries::check_full_page_order(&*store).await;
     webhook_deliveries::check_lease_eligibility(&*store).await;
     webhook_deliveries::check_attempts(&*store).await;
     webhook_deliveries::check_failing_and_switch_off(&*store).await;

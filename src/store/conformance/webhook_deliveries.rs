@@ -6,6 +6,7 @@
 
 use time::Duration;
 
+use crate::DISPATCH_PAGE;
 use crate::records::webhook::{
     AttemptRecord, Delivery, DeliveryNext, DeliveryState, LeasedDelivery, WebhookChange,
     WebhookStatus,
@@ -596,4 +597,40 @@ pub(super) async fn check_deletion_takes_deliveries(store: &dyn WebhookStore) {
         "another webhook's deliveries stay"
     );
     remove(store, &[&neighbour]).await;
+}
+
+/// A full page of the dispatcher ([`DISPATCH_PAGE`] deliveries, to two
+/// webhooks in turn, all due at once) is leased in the order it was
+/// dispatched, and each delivery reads back as dispatched: contact keys
+/// and bodies holding quotes, backslashes, line breaks and characters
+/// outside ASCII included.
+pub(super) async fn check_full_page_order(store: &dyn WebhookStore) {
+    let account = new_account();
+    let (first, second) = (
+        new_webhook(account, &new_url()),
+        new_webhook(account, &new_url()),
+    );
+    insert(store, &first).await;
+    insert(store, &second).await;
+    let page: Vec<Delivery> = (0..DISPATCH_PAGE)
+        .map(|n| {
+            let webhook = if n % 2 == 0 { &first } else { &second };
+            let mut delivery = new_delivery(webhook, &format!("{n}.\"zoë\"\\\n😀@example.com"));
+            delivery.body = format!(r#"{{"n":{n},"text":"\"tab\t\\ é 😀 \u2028"}}"#);
+            delivery
+        })
+        .collect();
+    dispatch(store, &page).await;
+    let leased = lease(store, at(0), &[&first, &second]).await;
+    let leased: Vec<Delivery> = leased.into_iter().map(|l| l.delivery).collect();
+    assert_eq!(
+        leased.len(),
+        page.len(),
+        "every delivery of the page is leased"
+    );
+    assert!(
+        leased == page,
+        "a page is leased in the order it was dispatched, as dispatched"
+    );
+    remove(store, &[&first, &second]).await;
 }

@@ -211,28 +211,7 @@ impl WebhookStore for PgStore {
             // transaction rolls it back.
             return Ok(false);
         }
-        // One by one, so that the numbers follow the order given (the
-        // order a multi-row INSERT draws its defaults in is not promised).
-        for delivery in deliveries {
-            let statement = sqlx::query(
-                // Only while the webhook exists: its row locked against a
-                // delete until this commits, so a delete either comes
-                // first (and no delivery is left behind it) or after (and
-                // takes this one with it).
-                "INSERT INTO webhook_deliveries
-                     (id, webhook_id, event_uuid, contact_key, body, created_at, state,
-                      next_attempt_at)
-                 SELECT $1, $2, $3, $4, $5, $6, 'pending', $6
-                 FROM webhooks WHERE id = $2 FOR KEY SHARE",
-            )
-            .bind(delivery.id.0)
-            .bind(delivery.webhook_id.0)
-            .bind(delivery.event_uuid)
-            .bind(&delivery.contact_key)
-            .bind(&delivery.body)
-            .bind(delivery.created_at);
-            insert_row(&mut *tx, statement, "webhook delivery", ACTION).await?;
-        }
+        insert_deliveries(&mut tx, deliveries, ACTION).await?;
         tx.commit().await.map_err(backend(ACTION))?;
         Ok(true)
     }
@@ -431,4 +410,69 @@ impl WebhookStore for PgStore {
         )
         .await
     }
+}
+
+/// Records a page of `deliveries` in one statement, numbered in the order
+/// given: whatever the page's size, one round trip, where a statement a
+/// delivery made a page of 500 cost 500 round trips inside the dispatch's
+/// transaction.
+///
+/// The numbers are drawn from the table's sequence and sorted before they
+/// are handed out (`array_agg(... ORDER BY ...)`), since the order in which
+/// PostgreSQL evaluates `nextval` across the rows of one statement is not
+/// promised; a delivery's number is then the one at its place in the page.
+/// Drawn under the dispatch cursor's row lock, they are larger than any
+/// number of a dispatch committed before. A delivery whose webhook is gone
+/// is left out; its number is a gap, as a rolled-back one would be.
+async fn insert_deliveries(
+    tx: &mut sqlx::PgConnection,
+    deliveries: &[Delivery],
+    action: &'static str,
+) -> Result<(), StoreError> {
+    if deliveries.is_empty() {
+        return Ok(());
+    }
+    let mut ids = Vec::with_capacity(deliveries.len());
+    let mut webhook_ids = Vec::with_capacity(deliveries.len());
+    let mut event_uuids = Vec::with_capacity(deliveries.len());
+    let mut contact_keys = Vec::with_capacity(deliveries.len());
+    let mut bodies = Vec::with_capacity(deliveries.len());
+    let mut created = Vec::with_capacity(deliveries.len());
+    for delivery in deliveries {
+        ids.push(delivery.id.0);
+        webhook_ids.push(delivery.webhook_id.0);
+        event_uuids.push(delivery.event_uuid);
+        contact_keys.push(delivery.contact_key.as_str());
+        bodies.push(delivery.body.as_str());
+        created.push(delivery.created_at);
+    }
+    let statement = sqlx::query(
+        // The arrays are stepped through together, row by row, in the
+        // select list; the join keeps a delivery only while its webhook
+        // exists, with the webhook's row locked against a delete until this
+        // commits, so a delete either comes first (and no delivery is left
+        // behind it) or after (and takes these with it).
+        "INSERT INTO webhook_deliveries
+             (number, id, webhook_id, event_uuid, contact_key, body, created_at, state,
+              next_attempt_at)
+         SELECT page.number, page.id, page.webhook_id, page.event_uuid, page.contact_key,
+                page.body, page.created_at, 'pending', page.created_at
+         FROM (SELECT UNNEST((SELECT array_agg(drawn.number ORDER BY drawn.number)
+                              FROM (SELECT nextval('webhook_deliveries_number_seq') AS number
+                                    FROM generate_series(1, cardinality($1::uuid[]))) AS drawn))
+                          AS number,
+                      UNNEST($1::uuid[]) AS id, UNNEST($2::uuid[]) AS webhook_id,
+                      UNNEST($3::uuid[]) AS event_uuid, UNNEST($4::text[]) AS contact_key,
+                      UNNEST($5::text[]) AS body, UNNEST($6::timestamptz[]) AS created_at)
+              AS page
+         JOIN webhooks ON webhooks.id = page.webhook_id
+         FOR KEY SHARE OF webhooks",
+    )
+    .bind(ids)
+    .bind(webhook_ids)
+    .bind(event_uuids)
+    .bind(contact_keys)
+    .bind(bodies)
+    .bind(created);
+    insert_row(&mut *tx, statement, "webhook delivery", action).await
 }
