@@ -156,6 +156,8 @@ impl Webhook {
 
 /// The identifier of a delivery: sent as `webhook-id` (`msg_` and its
 /// simple form), the same on every attempt, so receivers drop duplicates.
+/// The dispatcher draws version 7 uuids (RFC 9562 section 5.7), whose
+/// first 48 bits are the millisecond it recorded the delivery at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeliveryId(pub Uuid);
 

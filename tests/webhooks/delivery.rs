@@ -38,7 +38,16 @@ async fn every_conversion_is_delivered_signed_in_the_real_services_shape() {
     let request = &sent[0];
     assert_eq!(request.url, URL);
     assert!(signed_by(request, &secret), "the signature verifies");
-    assert!(header(request, "webhook-id").starts_with("msg_"));
+    let id = header(request, "webhook-id");
+    let id = id.strip_prefix("msg_").expect("msg_ and the delivery's id");
+    let id = uuid::Uuid::parse_str(id).expect("the delivery's uuid, simple form");
+    assert_eq!(id.get_version_num(), 7, "time-ordered: {id}");
+    let (seconds, nanos) = id.get_timestamp().expect("a version 7 time").to_unix();
+    assert_eq!(
+        (seconds, nanos),
+        (1_767_225_610, 0),
+        "the millisecond the dispatcher recorded it"
+    );
     assert_eq!(header(request, "webhook-timestamp"), "1767225610");
     assert_eq!(request.timeout, Duration::from_secs(5));
     let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
