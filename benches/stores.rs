@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use conversion_gateway::{
     AccessToken, AccessTokenRecord, AccountId, ClientId, DISPATCH_PAGE, Delivery, DeliveryId,
     EventSink, EventSubmission, FeedCursor, Grant, GrantId, IntakeChannel, MemoryEventSink,
-    MemoryTokenStore, MemoryWebhookStore, OsRandom, PgStore, PgStoreOptions, RecordOutcome,
-    RecordedEvent, SecretHasher, SqliteStore, TokenStore, Webhook, WebhookEventType, WebhookId,
-    WebhookStatus, WebhookStore, random_uuid,
+    MemoryTokenStore, MemoryWebhookStore, OsRandom, PgStore, PgStoreOptions, RandomSource,
+    RecordOutcome, RecordedEvent, SecretHasher, SqliteStore, TokenStore, Webhook, WebhookEventType,
+    WebhookId, WebhookStatus, WebhookStore, random_uuid,
 };
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -308,7 +308,9 @@ fn bench_dispatch(
         stores
     });
     let mut group = criterion.benchmark_group("webhook_dispatch_page");
-    group.throughput(Throughput::Elements(DISPATCH_PAGE as u64));
+    group.throughput(Throughput::Elements(
+        u64::try_from(DISPATCH_PAGE).expect("a page's size fits in u64"),
+    ));
     group.sampling_mode(SamplingMode::Flat);
     group.sample_size(10);
     for (name, store) in &stores {
@@ -353,9 +355,8 @@ async fn dispatch_pages(store: &dyn WebhookStore, webhook: &Webhook, pages: u64)
 /// A delivery id as the dispatcher draws it: a version 7 uuid of now.
 fn time_ordered_id() -> DeliveryId {
     let millis = OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
-    let random = random_uuid(&OsRandom).into_bytes();
-    let mut tail = [0u8; 10];
-    tail.copy_from_slice(&random[..10]);
-    let id = uuid::Builder::from_unix_timestamp_millis(u64::try_from(millis).unwrap_or(0), &tail);
+    let mut random = [0u8; 10];
+    OsRandom.fill_bytes(&mut random);
+    let id = uuid::Builder::from_unix_timestamp_millis(u64::try_from(millis).unwrap_or(0), &random);
     DeliveryId(id.into_uuid())
 }

@@ -599,11 +599,13 @@ pub(super) async fn check_deletion_takes_deliveries(store: &dyn WebhookStore) {
     remove(store, &[&neighbour]).await;
 }
 
-/// A full page of the dispatcher ([`DISPATCH_PAGE`] deliveries, to two
-/// webhooks in turn, all due at once) is leased in the order it was
-/// dispatched, and each delivery reads back as dispatched: contact keys
-/// and bodies holding quotes, backslashes, line breaks and characters
-/// outside ASCII included.
+/// A page of [`DISPATCH_PAGE`] deliveries (one a conversion of a full
+/// page of the feed; a page holds more when several webhooks want a
+/// conversion), to two webhooks in turn, all due at once, is leased in
+/// the order it was dispatched (the lease's order among equals is the
+/// deliveries' numbers), and each delivery reads back as dispatched:
+/// contact keys and bodies holding quotes, backslashes, tabs, line breaks
+/// and characters outside ASCII included.
 pub(super) async fn check_full_page_order(store: &dyn WebhookStore) {
     let account = new_account();
     let (first, second) = (
@@ -616,7 +618,7 @@ pub(super) async fn check_full_page_order(store: &dyn WebhookStore) {
         .map(|n| {
             let webhook = if n % 2 == 0 { &first } else { &second };
             let mut delivery = new_delivery(webhook, &format!("{n}.\"zoë\"\\\n😀@example.com"));
-            delivery.body = format!(r#"{{"n":{n},"text":"\"tab\t\\ é 😀 \u2028"}}"#);
+            delivery.body = format!("{{\"n\":{n},\"text\":\"\\\"\ttab\\\\ é 😀 \u{2028}\n\"}}");
             delivery
         })
         .collect();
@@ -628,9 +630,12 @@ pub(super) async fn check_full_page_order(store: &dyn WebhookStore) {
         page.len(),
         "every delivery of the page is leased"
     );
-    assert!(
-        leased == page,
-        "a page is leased in the order it was dispatched, as dispatched"
-    );
+    if let Some(at) = (0..page.len()).find(|&n| leased[n] != page[n]) {
+        panic!(
+            "a page is leased in the order it was dispatched, as dispatched; \
+             the first difference is at {at}: leased {:?}, dispatched {:?}",
+            leased[at], page[at]
+        );
+    }
     remove(store, &[&first, &second]).await;
 }

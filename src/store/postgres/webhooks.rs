@@ -413,11 +413,12 @@ impl WebhookStore for PgStore {
 }
 
 /// Records a page of `deliveries` in one statement, numbered in the order
-/// given: whatever the page's size, one round trip, where a statement a
-/// delivery made a page of 500 cost 500 round trips inside the dispatch's
+/// given: one round trip whatever the page's size, inside the dispatch's
 /// transaction.
 ///
-/// The numbers are drawn from the table's sequence and sorted before they
+/// The numbers are drawn from the table's sequence (the BIGSERIAL
+/// `number`'s, migration 0009, resolved through the `search_path` as the
+/// table is) and sorted before they
 /// are handed out (`array_agg(... ORDER BY ...)`), since the order in which
 /// PostgreSQL evaluates `nextval` across the rows of one statement is not
 /// promised; a delivery's number is then the one at its place in the page.
@@ -437,14 +438,14 @@ async fn insert_deliveries(
     let mut event_uuids = Vec::with_capacity(deliveries.len());
     let mut contact_keys = Vec::with_capacity(deliveries.len());
     let mut bodies = Vec::with_capacity(deliveries.len());
-    let mut created = Vec::with_capacity(deliveries.len());
+    let mut created_ats = Vec::with_capacity(deliveries.len());
     for delivery in deliveries {
         ids.push(delivery.id.0);
         webhook_ids.push(delivery.webhook_id.0);
         event_uuids.push(delivery.event_uuid);
         contact_keys.push(delivery.contact_key.as_str());
         bodies.push(delivery.body.as_str());
-        created.push(delivery.created_at);
+        created_ats.push(delivery.created_at);
     }
     let statement = sqlx::query(
         // The arrays are stepped through together, row by row, in the
@@ -473,6 +474,6 @@ async fn insert_deliveries(
     .bind(event_uuids)
     .bind(contact_keys)
     .bind(bodies)
-    .bind(created);
+    .bind(created_ats);
     insert_row(&mut *tx, statement, "webhook delivery", action).await
 }

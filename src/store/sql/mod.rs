@@ -190,8 +190,8 @@ impl<R: sqlx::Row> Columns<R> {
 /// A statement of `DB` with its arguments bound.
 pub(crate) type Statement<'q, DB> = Query<'q, DB, <DB as Database>::Arguments<'q>>;
 
-/// Runs `statement`, which inserts one `what`: a unique violation is
-/// [`StoreError::Duplicate`].
+/// Runs `statement`, which inserts one `what` or more: a unique violation
+/// is [`StoreError::Duplicate`].
 pub(crate) async fn insert_row<'c, 'q, DB, E>(
     executor: E,
     statement: Statement<'q, DB>,

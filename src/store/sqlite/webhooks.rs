@@ -209,10 +209,10 @@ impl WebhookStore for SqliteStore {
         }
         if !deliveries.is_empty() {
             let statement = sqlx::query(
-                // One statement for the page, whatever its size: a
-                // statement a delivery cost a trip to sqlx's thread each
-                // (500 for a full page) while this held the write gate,
-                // and so the writer of events. The page goes in as one
+                // One statement for the page, whatever its size: each
+                // statement is a trip to sqlx's thread, made while this
+                // holds the write gate, and so keeps the writer of events
+                // waiting. The page goes in as one
                 // JSON array of rows, taken in its order (`ORDER BY key`),
                 // each inserted as it comes, so the numbers
                 // (AUTOINCREMENT) follow the order given. A delivery goes
