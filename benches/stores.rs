@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use conversion_gateway::{
     AccessToken, AccessTokenRecord, AccountId, ClientId, DISPATCH_PAGE, Delivery, DeliveryId,
     EventSink, EventSubmission, FeedCursor, Grant, GrantId, IntakeChannel, MemoryEventSink,
-    MemoryTokenStore, MemoryWebhookStore, OsRandom, PgStore, PgStoreOptions, RandomSource,
-    RecordOutcome, RecordedEvent, SecretHasher, SqliteStore, TokenStore, Webhook, WebhookEventType,
-    WebhookId, WebhookStatus, WebhookStore, random_uuid,
+    MemoryTokenStore, MemoryWebhookStore, OsRandom, PgStore, PgStoreOptions, RecordOutcome,
+    RecordedEvent, SecretHasher, SqliteStore, TokenStore, Webhook, WebhookEventType, WebhookId,
+    WebhookStatus, WebhookStore, random_uuid, time_ordered_uuid,
 };
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -330,8 +330,9 @@ async fn dispatch_pages(store: &dyn WebhookStore, webhook: &Webhook, pages: u64)
         let page: Vec<Delivery> = (0..DISPATCH_PAGE)
             .map(|n| {
                 let event_uuid = random_uuid(&OsRandom);
+                // Ids drawn as the dispatcher draws them.
                 Delivery {
-                    id: time_ordered_id(),
+                    id: DeliveryId(time_ordered_uuid(OffsetDateTime::now_utc(), &OsRandom)),
                     webhook_id: webhook.id,
                     event_uuid,
                     contact_key: format!("lead{n}@example.com"),
@@ -350,13 +351,4 @@ async fn dispatch_pages(store: &dyn WebhookStore, webhook: &Webhook, pages: u64)
         assert!(moved, "the bench is the only dispatcher");
     }
     taken
-}
-
-/// A delivery id as the dispatcher draws it: a version 7 uuid of now.
-fn time_ordered_id() -> DeliveryId {
-    let millis = OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
-    let mut random = [0u8; 10];
-    OsRandom.fill_bytes(&mut random);
-    let id = uuid::Builder::from_unix_timestamp_millis(u64::try_from(millis).unwrap_or(0), &random);
-    DeliveryId(id.into_uuid())
 }

@@ -142,7 +142,9 @@ mod answer;
 pub use answer::{AnswerBody, AnswerContext, HttpAnswer, ToHttpAnswer};
 
 mod random;
-pub use random::{OsRandom, RandomSource, SeededRandom, random_token, random_uuid};
+pub use random::{
+    OsRandom, RandomSource, SeededRandom, random_token, random_uuid, time_ordered_uuid,
+};
 
 mod error_chain;
 pub use error_chain::ErrorChain;

@@ -94,7 +94,7 @@ pub fn random_uuid(random: &dyn RandomSource) -> Uuid {
 /// which is most of what SQLite's write-ahead log and PostgreSQL's WAL
 /// wrote per event with random (version 4) identifiers. The time it gives
 /// away is when the service received the event, which the client knows.
-pub(crate) fn time_ordered_uuid(at: time::OffsetDateTime, random: &dyn RandomSource) -> Uuid {
+pub fn time_ordered_uuid(at: time::OffsetDateTime, random: &dyn RandomSource) -> Uuid {
     let millis = u64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
     let mut bytes = [0u8; 10];
     random.fill_bytes(&mut bytes);

@@ -418,10 +418,10 @@ impl WebhookStore for PgStore {
 ///
 /// The numbers are drawn from the table's sequence (the BIGSERIAL
 /// `number`'s, migration 0009, resolved through the `search_path` as the
-/// table is) and sorted before they
-/// are handed out (`array_agg(... ORDER BY ...)`), since the order in which
-/// PostgreSQL evaluates `nextval` across the rows of one statement is not
-/// promised; a delivery's number is then the one at its place in the page.
+/// table is) and sorted before they are handed out (`array_agg(... ORDER
+/// BY ...)`), since the order in which PostgreSQL evaluates `nextval`
+/// across the rows of one statement is not promised; a delivery's number
+/// is then the one at its place in the page.
 /// Drawn under the dispatch cursor's row lock, they are larger than any
 /// number of a dispatch committed before. A delivery whose webhook is gone
 /// is left out; its number is a gap, as a rolled-back one would be.

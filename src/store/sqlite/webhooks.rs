@@ -212,14 +212,13 @@ impl WebhookStore for SqliteStore {
                 // One statement for the page, whatever its size: each
                 // statement is a trip to sqlx's thread, made while this
                 // holds the write gate, and so keeps the writer of events
-                // waiting. The page goes in as one
-                // JSON array of rows, taken in its order (`ORDER BY key`),
-                // each inserted as it comes, so the numbers
-                // (AUTOINCREMENT) follow the order given. A delivery goes
-                // in only while its webhook exists (writers take turns, so
-                // a delete is wholly before or after this). `->>` takes
-                // an element out as SQL text or integer (SQLite 3.38; the
-                // bundled SQLite is newer).
+                // waiting. The page goes in as one JSON array of rows,
+                // taken in its order (`ORDER BY key`), each inserted as it
+                // comes, so the numbers (AUTOINCREMENT) follow the order
+                // given. A delivery goes in only while its webhook exists
+                // (writers take turns, so a delete is wholly before or
+                // after this). `->>` takes an element out as SQL text or
+                // integer (SQLite 3.38; the bundled SQLite is newer).
                 "INSERT INTO webhook_deliveries
                      (id, webhook_id, event_uuid, contact_key, body, created_at, state,
                       next_attempt_at)
