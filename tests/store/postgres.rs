@@ -50,9 +50,14 @@ pub(crate) struct TestSchema {
 }
 
 impl TestSchema {
+    /// The schema's name, which is also its pools' `application_name`.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// A new pool whose connections work in this schema, as a separate
     /// server instance would have.
-    async fn pool(&self) -> PgPool {
+    pub(crate) async fn pool(&self) -> PgPool {
         // Named after the schema, so that a test can find (and terminate)
         // its own backends in pg_stat_activity.
         let options = PgConnectOptions::from_str(&self.url)

@@ -306,6 +306,101 @@ mod postgres {
         .await;
     }
 
+    /// Whether a backend of `schema`'s pools waits for a lock in a
+    /// statement that starts with `statement`.
+    async fn waits_for_a_lock(watcher: &sqlx::PgPool, schema: &str, statement: &str) -> bool {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = $1 AND wait_event_type = 'Lock'
+               AND query LIKE $2 || '%'",
+        )
+        .bind(schema)
+        .bind(statement)
+        .fetch_one(watcher)
+        .await
+        .expect("read pg_stat_activity");
+        waiting > 0
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_webhook_deleted_while_a_page_is_dispatched_leaves_no_delivery_behind() {
+        // The interleaving that left a dispatched page without its webhook,
+        // pending for ever: the delete removes the deliveries it can see,
+        // the dispatch records and commits a page for the webhook, then the
+        // delete removes the webhook.
+        in_schema(|schema| async move {
+            let store = schema.store().await;
+            let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
+            assert_eq!(
+                store.insert_webhook(&hook).await.expect("insert"),
+                WebhookWrite::Stored
+            );
+            // The webhook's row held as an attempt being recorded holds it
+            // (`UPDATE webhooks SET failing_since ...`): the delete stops at
+            // it, after the deliveries and before the webhook.
+            let watcher = schema.pool().await;
+            let mut attempt = watcher.begin().await.expect("begin");
+            sqlx::query("SELECT 1 FROM webhooks WHERE id = $1 FOR NO KEY UPDATE")
+                .bind(hook.id.0)
+                .execute(&mut *attempt)
+                .await
+                .expect("lock the webhook's row");
+            let deleting = tokio::spawn({
+                let store = store.clone();
+                async move { store.delete_webhook(hook.id).await }
+            });
+            let mut stopped = false;
+            for _ in 0..500 {
+                if waits_for_a_lock(&watcher, schema.name(), "DELETE FROM webhooks").await {
+                    stopped = true;
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert!(stopped, "the delete never reached the webhook's row");
+            // A dispatch of a page for the webhook, now: it either completes
+            // before the delete does, or waits for it.
+            let page: Vec<Delivery> = (0..50)
+                .map(|n| delivery(&hook, &format!("lead{n}@example.com")))
+                .collect();
+            let from = store.dispatch_cursor().await.expect("cursor");
+            let to = FeedCursor::new("past-the-page");
+            let dispatching = tokio::spawn({
+                let store = store.clone();
+                async move { store.dispatch(&from, &to, &page).await }
+            });
+            let mut settled = false;
+            for _ in 0..500 {
+                if dispatching.is_finished()
+                    || waits_for_a_lock(&watcher, schema.name(), "UPDATE webhook_dispatch").await
+                {
+                    settled = true;
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert!(settled, "the dispatch neither completed nor waited");
+            attempt.commit().await.expect("release the webhook's row");
+            assert!(deleting.await.expect("task").expect("delete_webhook"));
+            assert!(dispatching.await.expect("task").expect("dispatch"));
+            assert_eq!(
+                store
+                    .pending_deliveries()
+                    .await
+                    .expect("pending_deliveries"),
+                0,
+                "a delivery outlived its webhook"
+            );
+            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries")
+                .fetch_one(&watcher)
+                .await
+                .expect("count the deliveries");
+            assert_eq!(left, 0, "a delivery outlived its webhook");
+            watcher.close().await;
+        })
+        .await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn two_pools_leasing_at_once_never_lease_a_delivery_twice() {
         in_schema(|schema| async move {

@@ -20,8 +20,12 @@
 //!   webhook, so that the trim to the last ones counts them all), then
 //!   records the attempt and trims.
 //!
-//! Deleting a webhook locks its deliveries before its row, in the order an
-//! attempt takes them, so the two never wait for each other in a cycle.
+//! Deleting a webhook first takes the dispatch cursor's row in share mode,
+//! so it never runs beside a dispatch: one that recorded deliveries for the
+//! webhook has committed before the delete looks for them, and one that
+//! comes after finds the webhook gone. It then locks the webhook's
+//! deliveries before its row, in the order an attempt takes them, so the
+//! two never wait for each other in a cycle.
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
@@ -154,7 +158,19 @@ impl WebhookStore for PgStore {
     async fn delete_webhook(&self, id: WebhookId) -> Result<bool, StoreError> {
         const ACTION: &str = "delete a webhook";
         let mut tx = self.pool.begin().await.map_err(backend(ACTION))?;
-        // Deliveries first, then the webhook: the order an attempt locks
+        // The dispatch cursor's row first, in share mode: a dispatch holds
+        // it (its `UPDATE`) from before it records a page until it commits,
+        // so this waits for a dispatch under way, and the statements below,
+        // each with a snapshot of its own (READ COMMITTED), see every
+        // delivery it recorded; a dispatch that comes later waits for this
+        // to commit, then finds the webhook gone and records nothing for
+        // it. Deletes share the lock, so they do not queue behind each
+        // other.
+        sqlx::query("SELECT 1 FROM webhook_dispatch WHERE id = 1 FOR SHARE")
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        // Then the deliveries, then the webhook: the order an attempt locks
         // them in.
         sqlx::query("DELETE FROM webhook_deliveries WHERE webhook_id = $1")
             .bind(id.0)
@@ -450,9 +466,9 @@ async fn insert_deliveries(
     let statement = sqlx::query(
         // The arrays are stepped through together, row by row, in the
         // select list; the join keeps a delivery only while its webhook
-        // exists, with the webhook's row locked against a delete until this
-        // commits, so a delete either comes first (and no delivery is left
-        // behind it) or after (and takes these with it).
+        // exists. A delete of the webhook cannot run between this and the
+        // commit: it waits for the cursor's row lock this transaction holds
+        // (`delete_webhook`).
         "INSERT INTO webhook_deliveries
              (number, id, webhook_id, event_uuid, contact_key, body, created_at, state,
               next_attempt_at)
@@ -466,8 +482,7 @@ async fn insert_deliveries(
                       UNNEST($3::uuid[]) AS event_uuid, UNNEST($4::text[]) AS contact_key,
                       UNNEST($5::text[]) AS body, UNNEST($6::timestamptz[]) AS created_at)
               AS page
-         JOIN webhooks ON webhooks.id = page.webhook_id
-         FOR KEY SHARE OF webhooks",
+         JOIN webhooks ON webhooks.id = page.webhook_id",
     )
     .bind(ids)
     .bind(webhook_ids)
