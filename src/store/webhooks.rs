@@ -34,6 +34,16 @@ use crate::records::webhook::{
 use crate::store::error::StoreError;
 use crate::store::feed::FeedCursor;
 
+/// The most bytes of deliveries one statement of a SQL store's
+/// [`WebhookStore::dispatch`] carries, 8 MiB: a larger page is recorded in
+/// several statements, in its transaction (`store::sql::page_runs` says
+/// why and how).
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "test-util")),
+    allow(dead_code)
+)]
+pub(crate) const DISPATCH_STATEMENT_BYTES: usize = 8 << 20;
+
 /// What [`WebhookStore::update_webhook`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -114,6 +124,9 @@ pub trait WebhookStore: Send + Sync {
     /// delivery recorded before, and that number orders the deliveries of
     /// one contact to one webhook. A delivery to a webhook deleted since
     /// the caller listed it is left out (else it would wait for ever).
+    /// `deliveries` may be of any number and size: a store that bounds
+    /// what one statement carries records them in several, in one
+    /// transaction (the SQL stores, at 8 MiB of text a statement).
     ///
     /// # Errors
     /// `Backend` on failure (then nothing changed).

@@ -11,7 +11,7 @@ use crate::records::webhook::{
     AttemptRecord, Delivery, DeliveryNext, DeliveryState, LeasedDelivery, WebhookChange,
     WebhookStatus,
 };
-use crate::store::webhooks::WebhookStore;
+use crate::store::webhooks::{DISPATCH_STATEMENT_BYTES, WebhookStore};
 
 use super::fixtures::{base_time, new_account, new_delivery, new_url, new_webhook};
 use super::webhooks::{
@@ -638,4 +638,43 @@ pub(super) async fn check_full_page_order(store: &dyn WebhookStore) {
         );
     }
     remove(store, &[&first, &second]).await;
+}
+
+/// A page larger than a SQL store's statement carries (two and a half
+/// times [`DISPATCH_STATEMENT_BYTES`], in bodies of 256 KiB, past the
+/// intake's largest) is recorded whole, each delivery as dispatched, and
+/// leased in the order it was dispatched.
+pub(super) async fn check_page_past_one_statement(store: &dyn WebhookStore) {
+    const BODY: usize = 256 << 10;
+    let webhook = new_webhook(new_account(), &new_url());
+    insert(store, &webhook).await;
+    let count = DISPATCH_STATEMENT_BYTES * 5 / 2 / BODY;
+    let page: Vec<Delivery> = (0..count)
+        .map(|n| {
+            let mut delivery = new_delivery(&webhook, &format!("lead{n}@example.com"));
+            let text = format!("{{\"n\":{n},\"pad\":\"");
+            delivery.body = format!("{text}{}\"}}", "é".repeat((BODY - text.len() - 2) / 2));
+            delivery
+        })
+        .collect();
+    dispatch(store, &page).await;
+    let leased = lease(store, at(0), &[&webhook]).await;
+    let leased: Vec<Delivery> = leased.into_iter().map(|l| l.delivery).collect();
+    assert_eq!(
+        leased.len(),
+        page.len(),
+        "every delivery of a page past one statement is leased"
+    );
+    if let Some(at) = (0..page.len()).find(|&n| leased[n] != page[n]) {
+        panic!(
+            "a page past one statement is leased in the order it was dispatched, as \
+             dispatched; the first difference is at {at}: leased {:?} ({} bytes of body), \
+             dispatched {:?} ({} bytes of body)",
+            leased[at].id,
+            leased[at].body.len(),
+            page[at].id,
+            page[at].body.len()
+        );
+    }
+    remove(store, &[&webhook]).await;
 }

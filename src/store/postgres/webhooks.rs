@@ -38,6 +38,7 @@ use crate::records::webhook::{
 };
 use crate::store::error::StoreError;
 use crate::store::feed::FeedCursor;
+use crate::store::sql::page_runs::statement_runs;
 use crate::store::sql::records::RecordColumns as _;
 use crate::store::sql::webhook_records::{
     ChangeColumns, KEPT_ATTEMPTS, NextColumns, WEBHOOK_COLUMNS, attempt_from, count,
@@ -227,7 +228,11 @@ impl WebhookStore for PgStore {
             // transaction rolls it back.
             return Ok(false);
         }
-        insert_deliveries(&mut tx, deliveries, ACTION).await?;
+        // A run at a time, in order: each draws its numbers after the
+        // run before.
+        for run in statement_runs(deliveries) {
+            insert_deliveries(&mut tx, run, ACTION).await?;
+        }
         tx.commit().await.map_err(backend(ACTION))?;
         Ok(true)
     }

@@ -20,6 +20,7 @@ use crate::records::webhook::{
 };
 use crate::store::error::StoreError;
 use crate::store::feed::FeedCursor;
+use crate::store::sql::page_runs::statement_runs;
 use crate::store::sql::webhook_records::{
     ChangeColumns, KEPT_ATTEMPTS, NextColumns, WEBHOOK_COLUMNS, attempt_from, count,
     delivery_state_from, duration_column, identifiers_text, leased_from, relations_text, url_write,
@@ -207,18 +208,19 @@ impl WebhookStore for SqliteStore {
             // transaction rolls it back.
             return Ok(false);
         }
-        if !deliveries.is_empty() {
+        for run in statement_runs(deliveries) {
             let statement = sqlx::query(
-                // One statement for the page, whatever its size: each
-                // statement is a trip to sqlx's thread, made while this
-                // holds the write gate, and so keeps the writer of events
-                // waiting. The page goes in as one JSON array of rows,
-                // taken in its order (`ORDER BY key`), each inserted as it
-                // comes, so the numbers (AUTOINCREMENT) follow the order
-                // given. A delivery goes in only while its webhook exists
-                // (writers take turns, so a delete is wholly before or
-                // after this). `->>` takes an element out as SQL text or
-                // integer (SQLite 3.38; the bundled SQLite is newer).
+                // One statement for the page, or for each run of it when it
+                // is larger than one statement should carry: each statement
+                // is a trip to sqlx's thread, made while this holds the
+                // write gate, and so keeps the writer of events waiting.
+                // The run goes in as one JSON array of rows, taken in its
+                // order (`ORDER BY key`), each inserted as it comes, so the
+                // numbers (AUTOINCREMENT) follow the order given, and the
+                // runs follow each other. A delivery goes in only while its
+                // webhook exists (writers take turns, so a delete is wholly
+                // before or after this). `->>` takes an element out as SQL
+                // text or integer (SQLite 3.38; the bundled SQLite is newer).
                 "INSERT INTO webhook_deliveries
                      (id, webhook_id, event_uuid, contact_key, body, created_at, state,
                       next_attempt_at)
@@ -229,7 +231,7 @@ impl WebhookStore for SqliteStore {
                  WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = page.value ->> 1)
                  ORDER BY page.key",
             )
-            .bind(page_json(deliveries)?);
+            .bind(page_json(run)?);
             insert_row(&mut *tx, statement, "webhook delivery", ACTION).await?;
         }
         tx.commit().await.map_err(backend(ACTION))?;
@@ -430,8 +432,8 @@ impl WebhookStore for SqliteStore {
     }
 }
 
-/// A page of deliveries as the JSON array [`WebhookStore::dispatch`]'s
-/// statement reads: one array a delivery, of its id, webhook id, event
+/// A run of a page's deliveries as the JSON array
+/// [`WebhookStore::dispatch`]'s statement reads: one array a delivery, of its id, webhook id, event
 /// uuid, contact key, body and creation instant (microseconds).
 fn page_json(deliveries: &[Delivery]) -> Result<String, StoreError> {
     let rows = deliveries
