@@ -433,8 +433,9 @@ impl WebhookStore for SqliteStore {
 }
 
 /// A run of a page's deliveries as the JSON array
-/// [`WebhookStore::dispatch`]'s statement reads: one array a delivery, of its id, webhook id, event
-/// uuid, contact key, body and creation instant (microseconds).
+/// [`WebhookStore::dispatch`]'s statement reads: one array a delivery, of
+/// its id, webhook id, event uuid, contact key, body and creation instant
+/// (microseconds).
 fn page_json(deliveries: &[Delivery]) -> Result<String, StoreError> {
     let rows = deliveries
         .iter()
