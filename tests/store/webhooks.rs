@@ -306,13 +306,17 @@ mod postgres {
         .await;
     }
 
+    /// How long a staged interleaving waits for a step (generous: the CI
+    /// machine may be busy).
+    const STEP: std::time::Duration = std::time::Duration::from_secs(30);
+
     /// Whether a backend of `schema`'s pools waits for a lock in a
-    /// statement that starts with `statement`.
+    /// statement that starts with `statement` (any statement, if empty).
     async fn waits_for_a_lock(watcher: &sqlx::PgPool, schema: &str, statement: &str) -> bool {
         let waiting: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity
              WHERE application_name = $1 AND wait_event_type = 'Lock'
-               AND query LIKE $2 || '%'",
+               AND starts_with(query, $2)",
         )
         .bind(schema)
         .bind(statement)
@@ -322,19 +326,70 @@ mod postgres {
         waiting > 0
     }
 
+    /// Waits until `done` or until a backend of `schema` waits for a lock
+    /// in a statement starting with `statement`; panics naming `step`
+    /// after [`STEP`].
+    async fn until_settled(
+        watcher: &sqlx::PgPool,
+        schema: &str,
+        statement: &str,
+        done: impl Fn() -> bool,
+        step: &str,
+    ) {
+        let deadline = tokio::time::Instant::now() + STEP;
+        while !done() && !waits_for_a_lock(watcher, schema, statement).await {
+            assert!(tokio::time::Instant::now() < deadline, "{step}");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The result of `task`, which must end within [`STEP`].
+    async fn finished<T>(task: tokio::task::JoinHandle<T>, what: &str) -> T {
+        tokio::time::timeout(STEP, task)
+            .await
+            .unwrap_or_else(|_| panic!("{what} did not end"))
+            .expect("task")
+    }
+
+    /// A webhook stored in `store`, and a page of 50 deliveries for it.
+    async fn webhook_and_page(store: &dyn WebhookStore) -> (Webhook, Vec<Delivery>) {
+        let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
+        assert_eq!(
+            store.insert_webhook(&hook).await.expect("insert"),
+            WebhookWrite::Stored
+        );
+        let page = (0..50)
+            .map(|n| delivery(&hook, &format!("lead{n}@example.com")))
+            .collect();
+        (hook, page)
+    }
+
+    /// No delivery is pending, and none is stored at all.
+    async fn no_delivery_left(store: &dyn WebhookStore, watcher: &sqlx::PgPool) {
+        assert_eq!(
+            store
+                .pending_deliveries()
+                .await
+                .expect("pending_deliveries"),
+            0,
+            "a delivery outlived its webhook"
+        );
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries")
+            .fetch_one(watcher)
+            .await
+            .expect("count the deliveries");
+        assert_eq!(left, 0, "a delivery outlived its webhook");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_webhook_deleted_while_a_page_is_dispatched_leaves_no_delivery_behind() {
-        // The interleaving that left a dispatched page without its webhook,
-        // pending for ever: the delete removes the deliveries it can see,
-        // the dispatch records and commits a page for the webhook, then the
-        // delete removes the webhook.
+    async fn a_page_dispatched_while_its_webhook_is_deleted_is_not_left_behind() {
+        // The interleaving that would leave a dispatched page without its
+        // webhook, pending for ever: the delete removes the deliveries it
+        // can see, a dispatch records and commits a page for the webhook,
+        // then the delete removes the webhook.
         in_schema(|schema| async move {
             let store = schema.store().await;
-            let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
-            assert_eq!(
-                store.insert_webhook(&hook).await.expect("insert"),
-                WebhookWrite::Stored
-            );
+            let (hook, page) = webhook_and_page(&*store).await;
             // The webhook's row held as an attempt being recorded holds it
             // (`UPDATE webhooks SET failing_since ...`): the delete stops at
             // it, after the deliveries and before the webhook.
@@ -349,53 +404,104 @@ mod postgres {
                 let store = store.clone();
                 async move { store.delete_webhook(hook.id).await }
             });
-            let mut stopped = false;
-            for _ in 0..500 {
-                if waits_for_a_lock(&watcher, schema.name(), "DELETE FROM webhooks").await {
-                    stopped = true;
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            assert!(stopped, "the delete never reached the webhook's row");
+            let never = || false;
+            let at_the_row = "the delete never reached the webhook's row";
+            until_settled(
+                &watcher,
+                schema.name(),
+                "DELETE FROM webhooks",
+                never,
+                at_the_row,
+            )
+            .await;
             // A dispatch of a page for the webhook, now: it either completes
             // before the delete does, or waits for it.
-            let page: Vec<Delivery> = (0..50)
-                .map(|n| delivery(&hook, &format!("lead{n}@example.com")))
-                .collect();
             let from = store.dispatch_cursor().await.expect("cursor");
             let to = FeedCursor::new("past-the-page");
             let dispatching = tokio::spawn({
                 let store = store.clone();
                 async move { store.dispatch(&from, &to, &page).await }
             });
-            let mut settled = false;
-            for _ in 0..500 {
-                if dispatching.is_finished()
-                    || waits_for_a_lock(&watcher, schema.name(), "UPDATE webhook_dispatch").await
-                {
-                    settled = true;
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            assert!(settled, "the dispatch neither completed nor waited");
+            let settled = "the dispatch neither completed nor waited";
+            let ended = || dispatching.is_finished();
+            until_settled(
+                &watcher,
+                schema.name(),
+                "UPDATE webhook_dispatch",
+                ended,
+                settled,
+            )
+            .await;
             attempt.commit().await.expect("release the webhook's row");
-            assert!(deleting.await.expect("task").expect("delete_webhook"));
-            assert!(dispatching.await.expect("task").expect("dispatch"));
-            assert_eq!(
-                store
-                    .pending_deliveries()
+            assert!(
+                finished(deleting, "the delete")
                     .await
-                    .expect("pending_deliveries"),
-                0,
-                "a delivery outlived its webhook"
+                    .expect("delete_webhook")
             );
-            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries")
-                .fetch_one(&watcher)
+            assert!(
+                finished(dispatching, "the dispatch")
+                    .await
+                    .expect("dispatch")
+            );
+            no_delivery_left(&*store, &watcher).await;
+            watcher.close().await;
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_webhook_deleted_while_a_page_is_dispatched_takes_the_page_with_it() {
+        // The other order: the dispatch has moved the cursor and is
+        // recording its page when the delete starts.
+        in_schema(|schema| async move {
+            let store = schema.store().await;
+            let (hook, page) = webhook_and_page(&*store).await;
+            // The webhooks table held whole: the dispatch's insert, which
+            // reads it, waits with the cursor moved and the page not yet
+            // recorded.
+            let watcher = schema.pool().await;
+            let mut holder = watcher.begin().await.expect("begin");
+            sqlx::query("LOCK TABLE webhooks IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut *holder)
                 .await
-                .expect("count the deliveries");
-            assert_eq!(left, 0, "a delivery outlived its webhook");
+                .expect("lock the webhooks table");
+            let from = store.dispatch_cursor().await.expect("cursor");
+            let to = FeedCursor::new("past-the-page");
+            let dispatching = tokio::spawn({
+                let store = store.clone();
+                async move { store.dispatch(&from, &to, &page).await }
+            });
+            let never = || false;
+            let recording = "the dispatch never reached its insert";
+            let insert = "INSERT INTO webhook_deliveries";
+            until_settled(&watcher, schema.name(), insert, never, recording).await;
+            // The delete, now: it waits, for the dispatch or for the table.
+            let deleting = tokio::spawn({
+                let store = store.clone();
+                async move { store.delete_webhook(hook.id).await }
+            });
+            let waiting = "the delete never waited";
+            let ended = || deleting.is_finished();
+            until_settled(
+                &watcher,
+                schema.name(),
+                "SELECT 1 FROM webhook_dispatch",
+                ended,
+                waiting,
+            )
+            .await;
+            holder.commit().await.expect("release the webhooks table");
+            assert!(
+                finished(dispatching, "the dispatch")
+                    .await
+                    .expect("dispatch")
+            );
+            assert!(
+                finished(deleting, "the delete")
+                    .await
+                    .expect("delete_webhook")
+            );
+            no_delivery_left(&*store, &watcher).await;
             watcher.close().await;
         })
         .await;

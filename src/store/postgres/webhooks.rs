@@ -20,12 +20,19 @@
 //!   webhook, so that the trim to the last ones counts them all), then
 //!   records the attempt and trims.
 //!
-//! Deleting a webhook first takes the dispatch cursor's row in share mode,
-//! so it never runs beside a dispatch: one that recorded deliveries for the
-//! webhook has committed before the delete looks for them, and one that
-//! comes after finds the webhook gone. It then locks the webhook's
-//! deliveries before its row, in the order an attempt takes them, so the
-//! two never wait for each other in a cycle.
+//! Deleting a webhook locks its deliveries before its row, in the order an
+//! attempt takes them, so the two never wait for each other in a cycle.
+//! Before it deletes the row, it takes the dispatch cursor's row in share
+//! mode and deletes the deliveries again: a dispatch that recorded some for
+//! the webhook has committed by then, and one that comes after finds the
+//! webhook gone.
+//!
+//! These arguments rest on READ COMMITTED, PostgreSQL's default isolation:
+//! each statement sees what committed before it began, and a row waited
+//! for is read again once its lock is released. Under a stricter
+//! `default_transaction_isolation`, a delete that meets a dispatch fails
+//! with a serialization error instead (a `StoreError::Backend`, which
+//! changes nothing).
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
@@ -159,25 +166,23 @@ impl WebhookStore for PgStore {
     async fn delete_webhook(&self, id: WebhookId) -> Result<bool, StoreError> {
         const ACTION: &str = "delete a webhook";
         let mut tx = self.pool.begin().await.map_err(backend(ACTION))?;
-        // The dispatch cursor's row first, in share mode: a dispatch holds
-        // it (its `UPDATE`) from before it records a page until it commits,
-        // so this waits for a dispatch under way, and the statements below,
-        // each with a snapshot of its own (READ COMMITTED), see every
-        // delivery it recorded; a dispatch that comes later waits for this
-        // to commit, then finds the webhook gone and records nothing for
-        // it. Deletes share the lock, so they do not queue behind each
-        // other.
+        // The deliveries first, as many as there are, without holding up
+        // the dispatchers; locking them before the webhook's row is the
+        // order an attempt locks them in.
+        delete_deliveries_of(&mut tx, id, ACTION).await?;
+        // Then the dispatch cursor's row, in share mode. A dispatch holds
+        // it (its `UPDATE`) from before it records a page until it
+        // commits, so this waits for a dispatch under way, and the
+        // statements below, each with a snapshot of its own (READ
+        // COMMITTED), see every delivery it recorded and delete them too.
+        // A dispatch that comes later waits for this to commit, then finds
+        // the webhook gone and records nothing for it. Deletes share the
+        // lock, so they do not queue behind each other.
         sqlx::query("SELECT 1 FROM webhook_dispatch WHERE id = 1 FOR SHARE")
             .execute(&mut *tx)
             .await
             .map_err(backend(ACTION))?;
-        // Then the deliveries, then the webhook: the order an attempt locks
-        // them in.
-        sqlx::query("DELETE FROM webhook_deliveries WHERE webhook_id = $1")
-            .bind(id.0)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend(ACTION))?;
+        delete_deliveries_of(&mut tx, id, ACTION).await?;
         let done = sqlx::query("DELETE FROM webhooks WHERE id = $1")
             .bind(id.0)
             .execute(&mut *tx)
@@ -433,9 +438,23 @@ impl WebhookStore for PgStore {
     }
 }
 
-/// Records a page of `deliveries` in one statement, numbered in the order
-/// given: one round trip whatever the page's size, inside the dispatch's
-/// transaction.
+/// Deletes the deliveries of webhook `id`, in `tx`.
+async fn delete_deliveries_of(
+    tx: &mut sqlx::PgConnection,
+    id: WebhookId,
+    action: &'static str,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM webhook_deliveries WHERE webhook_id = $1")
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(action))?;
+    Ok(())
+}
+
+/// Records a run of a page's `deliveries` (cut by
+/// [`statement_runs`]) in one statement, numbered in the order given,
+/// inside the dispatch's transaction.
 ///
 /// The numbers are drawn from the table's sequence (the BIGSERIAL
 /// `number`'s, migration 0009, resolved through the `search_path` as the

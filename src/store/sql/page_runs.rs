@@ -11,7 +11,10 @@
 //!
 //! 8 MiB is far below those limits, even in SQLite's JSON, which writes a
 //! byte as at most six (`\u001f`); and large enough that a statement's
-//! own cost is small beside its rows'.
+//! own cost is small beside its rows'. A delivery larger than that is a
+//! run of its own, bounded by the intake's `max_body_bytes` (200 KB by
+//! default): a host that raises that past about 150 MB could still pass
+//! SQLite's limit with one delivery.
 
 use crate::records::webhook::Delivery;
 use crate::store::webhooks::DISPATCH_STATEMENT_BYTES;
