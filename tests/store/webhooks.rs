@@ -351,6 +351,26 @@ mod postgres {
             .expect("task")
     }
 
+    /// `store.dispatch` of `page` from the stored cursor, on a task of
+    /// its own.
+    fn dispatching(
+        store: &Arc<dyn WebhookStore>,
+        page: Vec<Delivery>,
+    ) -> tokio::task::JoinHandle<bool> {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let from = store.dispatch_cursor().await.expect("cursor");
+            let to = FeedCursor::new("past-the-page");
+            store.dispatch(&from, &to, &page).await.expect("dispatch")
+        })
+    }
+
+    /// `store.delete_webhook(id)` on a task of its own.
+    fn deleting(store: &Arc<dyn WebhookStore>, id: WebhookId) -> tokio::task::JoinHandle<bool> {
+        let store = store.clone();
+        tokio::spawn(async move { store.delete_webhook(id).await.expect("delete_webhook") })
+    }
+
     /// A webhook stored in `store`, and a page of 50 deliveries for it.
     async fn webhook_and_page(store: &dyn WebhookStore) -> (Webhook, Vec<Delivery>) {
         let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
@@ -388,7 +408,7 @@ mod postgres {
         // can see, a dispatch records and commits a page for the webhook,
         // then the delete removes the webhook.
         in_schema(|schema| async move {
-            let store = schema.store().await;
+            let store: Arc<dyn WebhookStore> = schema.store().await;
             let (hook, page) = webhook_and_page(&*store).await;
             // The webhook's row held as an attempt being recorded holds it
             // (`UPDATE webhooks SET failing_since ...`): the delete stops at
@@ -400,49 +420,20 @@ mod postgres {
                 .execute(&mut *attempt)
                 .await
                 .expect("lock the webhook's row");
-            let deleting = tokio::spawn({
-                let store = store.clone();
-                async move { store.delete_webhook(hook.id).await }
-            });
-            let never = || false;
-            let at_the_row = "the delete never reached the webhook's row";
-            until_settled(
-                &watcher,
-                schema.name(),
-                "DELETE FROM webhooks",
-                never,
-                at_the_row,
-            )
-            .await;
+            let delete = deleting(&store, hook.id);
+            let step = "the delete never reached the webhook's row";
+            let statement = "DELETE FROM webhooks";
+            until_settled(&watcher, schema.name(), statement, || false, step).await;
             // A dispatch of a page for the webhook, now: it either completes
             // before the delete does, or waits for it.
-            let from = store.dispatch_cursor().await.expect("cursor");
-            let to = FeedCursor::new("past-the-page");
-            let dispatching = tokio::spawn({
-                let store = store.clone();
-                async move { store.dispatch(&from, &to, &page).await }
-            });
-            let settled = "the dispatch neither completed nor waited";
-            let ended = || dispatching.is_finished();
-            until_settled(
-                &watcher,
-                schema.name(),
-                "UPDATE webhook_dispatch",
-                ended,
-                settled,
-            )
-            .await;
+            let dispatch = dispatching(&store, page);
+            let step = "the dispatch neither completed nor waited";
+            let statement = "UPDATE webhook_dispatch";
+            let ended = || dispatch.is_finished();
+            until_settled(&watcher, schema.name(), statement, ended, step).await;
             attempt.commit().await.expect("release the webhook's row");
-            assert!(
-                finished(deleting, "the delete")
-                    .await
-                    .expect("delete_webhook")
-            );
-            assert!(
-                finished(dispatching, "the dispatch")
-                    .await
-                    .expect("dispatch")
-            );
+            assert!(finished(delete, "the delete").await);
+            assert!(finished(dispatch, "the dispatch").await);
             no_delivery_left(&*store, &watcher).await;
             watcher.close().await;
         })
@@ -454,7 +445,7 @@ mod postgres {
         // The other order: the dispatch has moved the cursor and is
         // recording its page when the delete starts.
         in_schema(|schema| async move {
-            let store = schema.store().await;
+            let store: Arc<dyn WebhookStore> = schema.store().await;
             let (hook, page) = webhook_and_page(&*store).await;
             // The webhooks table held whole: the dispatch's insert, which
             // reads it, waits with the cursor moved and the page not yet
@@ -465,42 +456,19 @@ mod postgres {
                 .execute(&mut *holder)
                 .await
                 .expect("lock the webhooks table");
-            let from = store.dispatch_cursor().await.expect("cursor");
-            let to = FeedCursor::new("past-the-page");
-            let dispatching = tokio::spawn({
-                let store = store.clone();
-                async move { store.dispatch(&from, &to, &page).await }
-            });
-            let never = || false;
-            let recording = "the dispatch never reached its insert";
-            let insert = "INSERT INTO webhook_deliveries";
-            until_settled(&watcher, schema.name(), insert, never, recording).await;
+            let dispatch = dispatching(&store, page);
+            let step = "the dispatch never reached its insert";
+            let statement = "INSERT INTO webhook_deliveries";
+            until_settled(&watcher, schema.name(), statement, || false, step).await;
             // The delete, now: it waits, for the dispatch or for the table.
-            let deleting = tokio::spawn({
-                let store = store.clone();
-                async move { store.delete_webhook(hook.id).await }
-            });
-            let waiting = "the delete never waited";
-            let ended = || deleting.is_finished();
-            until_settled(
-                &watcher,
-                schema.name(),
-                "SELECT 1 FROM webhook_dispatch",
-                ended,
-                waiting,
-            )
-            .await;
+            let delete = deleting(&store, hook.id);
+            let step = "the delete never waited";
+            let statement = "SELECT 1 FROM webhook_dispatch";
+            let ended = || delete.is_finished();
+            until_settled(&watcher, schema.name(), statement, ended, step).await;
             holder.commit().await.expect("release the webhooks table");
-            assert!(
-                finished(dispatching, "the dispatch")
-                    .await
-                    .expect("dispatch")
-            );
-            assert!(
-                finished(deleting, "the delete")
-                    .await
-                    .expect("delete_webhook")
-            );
+            assert!(finished(dispatch, "the dispatch").await);
+            assert!(finished(delete, "the delete").await);
             no_delivery_left(&*store, &watcher).await;
             watcher.close().await;
         })
