@@ -624,19 +624,7 @@ pub(super) async fn check_full_page_order(store: &dyn WebhookStore) {
         .collect();
     dispatch(store, &page).await;
     let leased = lease(store, at(0), &[&first, &second]).await;
-    let leased: Vec<Delivery> = leased.into_iter().map(|l| l.delivery).collect();
-    assert_eq!(
-        leased.len(),
-        page.len(),
-        "every delivery of the page is leased"
-    );
-    if let Some(at) = (0..page.len()).find(|&n| leased[n] != page[n]) {
-        panic!(
-            "a page is leased in the order it was dispatched, as dispatched; \
-             the first difference is at {at}: leased {:?}, dispatched {:?}",
-            leased[at], page[at]
-        );
-    }
+    assert_leased_as_dispatched(leased, &page, "a full page");
     remove(store, &[&first, &second]).await;
 }
 
@@ -662,22 +650,36 @@ pub(super) async fn check_page_past_one_statement(store: &dyn WebhookStore) {
         .collect();
     dispatch(store, &page).await;
     let leased = lease(store, at(0), &[&webhook]).await;
+    assert_leased_as_dispatched(leased, &page, "a page past one statement");
+    remove(store, &[&webhook]).await;
+}
+
+/// Panics unless `leased` is `page`, delivery for delivery and in order,
+/// naming the first difference.
+fn assert_leased_as_dispatched(leased: Vec<LeasedDelivery>, page: &[Delivery], what: &str) {
     let leased: Vec<Delivery> = leased.into_iter().map(|l| l.delivery).collect();
-    assert_eq!(
-        leased.len(),
-        page.len(),
-        "every delivery of a page past one statement is leased"
-    );
+    assert_eq!(leased.len(), page.len(), "{what}: every delivery is leased");
     if let Some(at) = (0..page.len()).find(|&n| leased[n] != page[n]) {
         panic!(
-            "a page past one statement is leased in the order it was dispatched, as \
-             dispatched; the first difference is at {at}: leased {:?} ({} bytes of body), \
-             dispatched {:?} ({} bytes of body)",
-            leased[at].id,
-            leased[at].body.len(),
-            page[at].id,
-            page[at].body.len()
+            "{what} is leased in the order it was dispatched, as dispatched; the first \
+             difference is at {at}: leased {}, dispatched {}",
+            shown(&leased[at]),
+            shown(&page[at])
         );
     }
-    remove(store, &[&webhook]).await;
+}
+
+/// `delivery` for a failure message: whole, or with a long body by its
+/// length.
+fn shown(delivery: &Delivery) -> String {
+    if delivery.body.len() <= 512 {
+        format!("{delivery:?}")
+    } else {
+        format!(
+            "{:?} (contact {:?}, a body of {} bytes)",
+            delivery.id,
+            delivery.contact_key,
+            delivery.body.len()
+        )
+    }
 }
