@@ -311,7 +311,7 @@ mod postgres {
     const STEP: std::time::Duration = std::time::Duration::from_secs(30);
 
     /// Whether a backend of `schema`'s pools waits for a lock in a
-    /// statement that starts with `statement` (any statement, if empty).
+    /// statement that starts with `statement`.
     async fn waits_for_a_lock(watcher: &sqlx::PgPool, schema: &str, statement: &str) -> bool {
         let waiting: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity
