@@ -29,7 +29,7 @@ impl TempDir {
         Self(path)
     }
 
-    fn file(&self) -> PathBuf {
+    pub(crate) fn file(&self) -> PathBuf {
         self.0.join("gateway.db")
     }
 }

@@ -277,6 +277,148 @@ mod sqlite {
         check_after_restart(&*reopened, &written).await;
     }
 
+    /// The migrations a release shipped before the queue heads (migration
+    /// 9), in order.
+    const SHIPPED_BEFORE_HEADS: [&str; 8] = [
+        include_str!("../../migrations/sqlite/0001_initial.sql"),
+        include_str!("../../migrations/sqlite/0002_idempotency_scope.sql"),
+        include_str!("../../migrations/sqlite/0003_purge_indexes.sql"),
+        include_str!("../../migrations/sqlite/0004_adaptive_refresh.sql"),
+        include_str!("../../migrations/sqlite/0005_client_lifecycle.sql"),
+        include_str!("../../migrations/sqlite/0006_event_feed.sql"),
+        include_str!("../../migrations/sqlite/0007_drop_events_by_account.sql"),
+        include_str!("../../migrations/sqlite/0008_webhooks.sql"),
+    ];
+
+    /// A database file as a release before migration 9 left it: its
+    /// migrations applied and recorded as the store records them, one
+    /// webhook and, in dispatch order, the deliveries of three contacts:
+    /// `a` two pending, `b` one, `c` one delivered then one pending.
+    /// Returns the webhook and the deliveries' ids, in that order.
+    async fn queues_as_released(dir: &TempDir) -> (Webhook, Vec<DeliveryId>) {
+        use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+        let options = SqliteConnectOptions::new()
+            .filename(dir.file())
+            .create_if_missing(true);
+        let pool = SqlitePool::connect_with(options)
+            .await
+            .expect("a new database file");
+        sqlx::raw_sql(
+            "CREATE TABLE schema_version (
+                 version     INTEGER PRIMARY KEY NOT NULL,
+                 applied_at  TEXT    NOT NULL DEFAULT CURRENT_TIMESTAMP
+             )",
+        )
+        .execute(&pool)
+        .await
+        .expect("the version table");
+        for (version, sql) in (1_i64..).zip(SHIPPED_BEFORE_HEADS) {
+            sqlx::raw_sql(sql)
+                .execute(&pool)
+                .await
+                .expect("a shipped migration");
+            sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
+                .bind(version)
+                .execute(&pool)
+                .await
+                .expect("its version");
+        }
+        let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
+        let micros = |at: OffsetDateTime| {
+            i64::try_from(at.unix_timestamp_nanos() / 1_000).expect("an instant in range")
+        };
+        sqlx::query(
+            "INSERT INTO webhooks
+                 (id, account_id, client_id, event_type, url, event_identifiers,
+                  include_relations, status, created_at, updated_at, secret_salt)
+             VALUES (?, ?, ?, 'WEBHOOK.CONVERTED', ?, '[]', '[]', 'active', ?, ?, ?)",
+        )
+        .bind(hook.id.0.hyphenated().to_string())
+        .bind(hook.account_id.0.hyphenated().to_string())
+        .bind(hook.client_id.as_str())
+        .bind(&hook.url)
+        .bind(micros(hook.created_at))
+        .bind(micros(hook.updated_at))
+        .bind(hook.secret_salt.as_slice())
+        .execute(&pool)
+        .await
+        .expect("a webhook as released");
+        let mut ids = Vec::new();
+        for (contact, state) in [
+            ("a", "pending"),
+            ("a", "pending"),
+            ("b", "pending"),
+            ("c", "delivered"),
+            ("c", "pending"),
+        ] {
+            let id = DeliveryId(random_uuid(&OsRandom));
+            let finished_at = (state == "delivered").then(|| micros(start()));
+            sqlx::query(
+                "INSERT INTO webhook_deliveries
+                     (id, webhook_id, event_uuid, contact_key, body, created_at, state,
+                      next_attempt_at, finished_at)
+                 VALUES (?, ?, ?, ?, '{}', ?, ?, ?, ?)",
+            )
+            .bind(id.0.hyphenated().to_string())
+            .bind(hook.id.0.hyphenated().to_string())
+            .bind(random_uuid(&OsRandom).hyphenated().to_string())
+            .bind(contact)
+            .bind(micros(start()))
+            .bind(state)
+            .bind(micros(start()))
+            .bind(finished_at)
+            .execute(&pool)
+            .await
+            .expect("a delivery as released");
+            ids.push(id);
+        }
+        pool.close().await;
+        (hook, ids)
+    }
+
+    /// The upgrade marks the head of each contact's queue that a release
+    /// before it left: a lease then takes each contact's earliest pending
+    /// delivery, and the next once it has ended.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn queues_left_by_an_earlier_release_are_leased_in_order_after_the_upgrade() {
+        let dir = TempDir::new();
+        let (hook, ids) = queues_as_released(&dir).await;
+        let store = file_store(&dir).await;
+        let now = start() + Duration::seconds(1);
+        let lease = |now: OffsetDateTime| {
+            let store = Arc::clone(&store);
+            async move {
+                let leased = store
+                    .lease_deliveries(now, now + Duration::seconds(30), 10, &[])
+                    .await
+                    .expect("lease_deliveries");
+                leased.iter().map(|l| l.delivery.id).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            lease(now).await,
+            [ids[0], ids[2], ids[4]],
+            "each contact's earliest pending delivery, the delivered one passed"
+        );
+        let attempt = AttemptRecord {
+            delivery_id: ids[0],
+            webhook_id: hook.id,
+            at: now,
+            status: Some(200),
+            error: None,
+            duration_ms: 5,
+        };
+        store
+            .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
+            .await
+            .expect("finish_attempt");
+        assert_eq!(
+            lease(now + Duration::seconds(1)).await,
+            [ids[1]],
+            "a contact's next delivery once the one before is delivered"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn two_stores_on_one_file_never_lease_a_delivery_twice() {
         // Two stores on one file stand for two processes: the lease's

@@ -125,6 +125,7 @@ pub async fn check_webhook_store(store: Arc<dyn WebhookStore>) {
     webhooks::check_status_and_deletion(&*store).await;
     webhooks::check_dispatch(&*store).await;
     webhook_deliveries::check_lease_order(&*store).await;
+    webhook_deliveries::check_queue_across_pages(&*store).await;
     webhook_deliveries::check_full_page_order(&*store).await;
     webhook_deliveries::check_page_past_one_statement(&*store).await;
     webhook_deliveries::check_lease_eligibility(&*store).await;

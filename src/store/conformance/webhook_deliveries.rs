@@ -164,6 +164,90 @@ pub(super) async fn check_lease_order(store: &dyn WebhookStore) {
     remove(store, &[&webhook]).await;
 }
 
+/// A contact's queue to a webhook spans pages: a delivery dispatched while
+/// an earlier one of its contact is pending waits for it to end, however
+/// many are queued behind it and whatever their pages; one dispatched
+/// once the queue has emptied is leased at once; a retry keeps its place
+/// at the head; another contact's deliveries go on meanwhile.
+pub(super) async fn check_queue_across_pages(store: &dyn WebhookStore) {
+    let webhook = new_webhook(new_account(), &new_url());
+    insert(store, &webhook).await;
+    let first = new_delivery(&webhook, "q@example.com");
+    dispatch(store, std::slice::from_ref(&first)).await;
+    assert_eq!(ids(&lease(store, at(0), &[&webhook]).await), [first.id]);
+
+    // Three pages while the first is out: the contact's queue grows behind
+    // it, another contact's delivery is leased.
+    let queued: Vec<Delivery> = (0..3)
+        .map(|_| new_delivery(&webhook, "q@example.com"))
+        .collect();
+    let other = new_delivery(&webhook, "r@example.com");
+    dispatch(store, &queued[..1]).await;
+    dispatch(store, &[queued[1].clone(), other.clone()]).await;
+    dispatch(store, &queued[2..]).await;
+    assert_eq!(
+        ids(&lease(store, at(1), &[&webhook]).await),
+        [other.id],
+        "a contact's later pages wait for its delivery out; another contact's do not"
+    );
+
+    finish(
+        store,
+        &first,
+        at(2),
+        DeliveryNext::RetryAt(at(10)),
+        WebhookChange::Failing(at(2)),
+    )
+    .await;
+    assert_eq!(
+        ids(&lease(store, at(9), &[&webhook]).await),
+        NOTHING,
+        "a delivery waiting for its retry still holds its contact's queue"
+    );
+    assert_eq!(
+        ids(&lease(store, at(10), &[&webhook]).await),
+        [first.id],
+        "the retry, at its time, before the deliveries queued behind it"
+    );
+    let mut now = 11;
+    let mut ended = first;
+    for next in &queued {
+        finish(
+            store,
+            &ended,
+            at(now),
+            DeliveryNext::Delivered,
+            WebhookChange::Succeeded,
+        )
+        .await;
+        assert_eq!(
+            ids(&lease(store, at(now + 1), &[&webhook]).await),
+            [next.id],
+            "the next of the contact's queue, page after page, once the one before ended"
+        );
+        now += 2;
+        ended = next.clone();
+    }
+    finish(
+        store,
+        &ended,
+        at(now),
+        DeliveryNext::Failed,
+        WebhookChange::Succeeded,
+    )
+    .await;
+
+    // The queue is empty: the contact's next delivery goes at once.
+    let later = new_delivery(&webhook, "q@example.com");
+    dispatch(store, std::slice::from_ref(&later)).await;
+    assert_eq!(
+        ids(&lease(store, at(now + 1), &[&webhook]).await),
+        [later.id],
+        "a delivery dispatched once its contact's queue is empty is leased at once"
+    );
+    remove(store, &[&webhook]).await;
+}
+
 /// A lease skips the webhooks in `skip` and inactive webhooks, and
 /// deliveries not yet due; one contact's deliveries to two webhooks go
 /// independently.

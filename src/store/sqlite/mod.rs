@@ -102,6 +102,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 8,
         sql: include_str!("../../../migrations/sqlite/0008_webhooks.sql"),
     },
+    Migration {
+        version: 9,
+        sql: include_str!("../../../migrations/sqlite/0009_webhook_queue_heads.sql"),
+    },
 ];
 
 /// How long a statement waits for another process's write lock.

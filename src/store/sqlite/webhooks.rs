@@ -208,6 +208,12 @@ impl WebhookStore for SqliteStore {
             // transaction rolls it back.
             return Ok(false);
         }
+        // Every number drawn below is larger (AUTOINCREMENT).
+        let numbered_before: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(number), 0) FROM webhook_deliveries")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend(ACTION))?;
         for run in statement_runs(deliveries) {
             let statement = sqlx::query(
                 // One statement for the page, or for each run of it when it
@@ -234,6 +240,23 @@ impl WebhookStore for SqliteStore {
             .bind(page_json(run)?);
             insert_row(&mut *tx, statement, "webhook delivery", ACTION).await?;
         }
+        // The page's heads: each delivery with no earlier one of its
+        // contact to its webhook pending, in this page or before it (the
+        // migration 0009 says why heads are marked). Once all the runs are
+        // in, so that a contact's second delivery in the page sees its
+        // first.
+        sqlx::query(
+            "UPDATE webhook_deliveries AS d SET head = 1
+             WHERE d.number > ?1
+               AND NOT EXISTS (
+                   SELECT 1 FROM webhook_deliveries e
+                   WHERE e.webhook_id = d.webhook_id AND e.contact_key = d.contact_key
+                     AND e.state = 'pending' AND e.number < d.number)",
+        )
+        .bind(numbered_before)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
         tx.commit().await.map_err(backend(ACTION))?;
         Ok(true)
     }
@@ -254,14 +277,10 @@ impl WebhookStore for SqliteStore {
             "SELECT d.number, d.id, d.webhook_id, d.event_uuid, d.contact_key, d.body,
                     d.created_at, d.attempts, w.url, w.secret_salt, w.failing_since
              FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-             WHERE d.state = 'pending' AND d.next_attempt_at <= ?1
+             WHERE d.state = 'pending' AND d.head = 1 AND d.next_attempt_at <= ?1
                AND (d.leased_until IS NULL OR d.leased_until < ?1)
                AND w.status = 'active'
                AND d.webhook_id NOT IN (SELECT value FROM json_each(?2))
-               AND NOT EXISTS (
-                   SELECT 1 FROM webhook_deliveries e
-                   WHERE e.webhook_id = d.webhook_id AND e.contact_key = d.contact_key
-                     AND e.state = 'pending' AND e.number < d.number)
              ORDER BY d.next_attempt_at, d.number
              LIMIT ?3",
         )
@@ -321,6 +340,21 @@ impl WebhookStore for SqliteStore {
             // keep.
             return Ok(());
         }
+        // The head of the delivery's queue (migration 0009): its contact's
+        // earliest pending delivery to its webhook. That is the next one
+        // once this one has ended, and this one still while it waits for a
+        // retry, already marked.
+        sqlx::query(
+            "UPDATE webhook_deliveries SET head = 1 WHERE number = (
+                 SELECT e.number FROM webhook_deliveries d JOIN webhook_deliveries e
+                     ON e.webhook_id = d.webhook_id AND e.contact_key = d.contact_key
+                 WHERE d.id = ? AND e.state = 'pending'
+                 ORDER BY e.number LIMIT 1)",
+        )
+        .bind(uuid_text(attempt.delivery_id.0))
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
         let webhook = uuid_text(attempt.webhook_id.0);
         let change = match ChangeColumns::new(change, attempt.at) {
             ChangeColumns::ClearFailing => {
