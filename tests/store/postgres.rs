@@ -1013,7 +1013,7 @@ async fn read_feed_until(
 
 /// The migrations as they shipped, in order: `SHIPPED[..n]` is the schema
 /// a release that ran migrations 1 to `n` left behind.
-const SHIPPED: [&str; 9] = [
+const SHIPPED: [&str; 10] = [
     include_str!("../../migrations/postgres/0001_initial.sql"),
     include_str!("../../migrations/postgres/0002_idempotency_scope.sql"),
     include_str!("../../migrations/postgres/0003_purge_indexes.sql"),
@@ -1023,6 +1023,7 @@ const SHIPPED: [&str; 9] = [
     include_str!("../../migrations/postgres/0007_event_json_text.sql"),
     include_str!("../../migrations/postgres/0008_drop_events_by_account.sql"),
     include_str!("../../migrations/postgres/0009_webhooks.sql"),
+    include_str!("../../migrations/postgres/0010_event_text.sql"),
 ];
 
 /// Brings the empty schema of `pool` to what a release that ran the first
@@ -1301,4 +1302,100 @@ fn model_idempotency_on_postgres() {
         40,
         "proptest-regressions/model_idempotency_on_postgres.txt",
     );
+}
+
+/// The upgrade to migration 11 marks the head of each contact's queue that
+/// a release before it left: a lease then takes each contact's earliest
+/// pending delivery (one delivered before it passed), and the next once
+/// it has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queues_left_by_an_earlier_release_are_leased_in_order_after_the_upgrade() {
+    use conversion_gateway::{
+        AttemptRecord, DeliveryId, DeliveryNext, WebhookChange, WebhookId, WebhookStore,
+    };
+    in_schema(|schema| async move {
+        let pool = schema.pool().await;
+        migrated_as_shipped(&pool, 10).await;
+        let start = datetime!(2026-03-01 12:00:00 UTC);
+        let webhook = WebhookId(random_uuid(&OsRandom));
+        sqlx::query(
+            "INSERT INTO webhooks
+                 (id, account_id, client_id, event_type, url, event_identifiers,
+                  include_relations, status, created_at, updated_at, secret_salt)
+             VALUES ($1, $2, 'cgid_upgrade', 'WEBHOOK.CONVERTED', 'https://hooks.example/up',
+                     '[]', '[]', 'active', $3, $3, $4)",
+        )
+        .bind(webhook.0)
+        .bind(random_uuid(&OsRandom))
+        .bind(start)
+        .bind(random_uuid(&OsRandom).into_bytes().to_vec())
+        .execute(&pool)
+        .await
+        .expect("a webhook as released");
+        let mut ids = Vec::new();
+        for (contact, state) in [
+            ("a", "pending"),
+            ("a", "pending"),
+            ("b", "pending"),
+            ("c", "delivered"),
+            ("c", "pending"),
+        ] {
+            let id = DeliveryId(random_uuid(&OsRandom));
+            sqlx::query(
+                "INSERT INTO webhook_deliveries
+                     (id, webhook_id, event_uuid, contact_key, body, created_at, state,
+                      next_attempt_at, finished_at)
+                 VALUES ($1, $2, $3, $4, '{}', $5, $6, $5, $7)",
+            )
+            .bind(id.0)
+            .bind(webhook.0)
+            .bind(random_uuid(&OsRandom))
+            .bind(contact)
+            .bind(start)
+            .bind(state)
+            .bind((state == "delivered").then_some(start))
+            .execute(&pool)
+            .await
+            .expect("a delivery as released");
+            ids.push(id);
+        }
+
+        let store = PgStore::from_pool_with(pool.clone(), PgStoreOptions::default())
+            .await
+            .expect("open the store: migration 11");
+        let lease = |now: time::OffsetDateTime| {
+            let store = store.clone();
+            async move {
+                let leased = store
+                    .lease_deliveries(now, now + time::Duration::seconds(30), 10, &[])
+                    .await
+                    .expect("lease_deliveries");
+                leased.iter().map(|l| l.delivery.id).collect::<Vec<_>>()
+            }
+        };
+        let now = start + time::Duration::seconds(1);
+        assert_eq!(
+            lease(now).await,
+            [ids[0], ids[2], ids[4]],
+            "each contact's earliest pending delivery, the delivered one passed"
+        );
+        let attempt = AttemptRecord {
+            delivery_id: ids[0],
+            webhook_id: webhook,
+            at: now,
+            status: Some(200),
+            error: None,
+            duration_ms: 5,
+        };
+        store
+            .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
+            .await
+            .expect("finish_attempt");
+        assert_eq!(
+            lease(now + time::Duration::seconds(1)).await,
+            [ids[1]],
+            "a contact's next delivery once the one before is delivered"
+        );
+    })
+    .await;
 }

@@ -544,6 +544,97 @@ mod postgres {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_delivery_dispatched_while_the_one_before_it_ends_is_leased_next() {
+        // The interleaving that would leave a contact's queue without a
+        // head, its deliveries pending for ever: an attempt ends the
+        // contact's delivery and finds no next one to mark, while a
+        // dispatch records that next one and, seeing the first still
+        // pending, does not mark it either; then both commit.
+        in_schema(|schema| async move {
+            let store: Arc<dyn WebhookStore> = schema.store().await;
+            let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
+            assert_eq!(
+                store.insert_webhook(&hook).await.expect("insert"),
+                WebhookWrite::Stored
+            );
+            let (first, next) = (
+                delivery(&hook, "q@example.com"),
+                delivery(&hook, "q@example.com"),
+            );
+            let from = store.dispatch_cursor().await.expect("cursor");
+            let to = FeedCursor::new("first-page");
+            assert!(
+                store
+                    .dispatch(&from, &to, std::slice::from_ref(&first))
+                    .await
+                    .expect("dispatch")
+            );
+            let now = start();
+            let leased = store
+                .lease_deliveries(now, now + Duration::seconds(30), 10, &[])
+                .await
+                .expect("lease");
+            assert_eq!(leased.len(), 1, "the first delivery is out");
+            // The webhook's row held, as another attempt of the webhook
+            // holds it: the attempt below stops there, after it has ended
+            // the first delivery and marked (or failed to mark) the next.
+            let watcher = schema.pool().await;
+            let mut other_attempt = watcher.begin().await.expect("begin");
+            sqlx::query("SELECT 1 FROM webhooks WHERE id = $1 FOR NO KEY UPDATE")
+                .bind(hook.id.0)
+                .execute(&mut *other_attempt)
+                .await
+                .expect("lock the webhook's row");
+            let attempt = {
+                let store = store.clone();
+                let record = AttemptRecord {
+                    delivery_id: first.id,
+                    webhook_id: hook.id,
+                    at: now + Duration::seconds(1),
+                    status: Some(200),
+                    error: None,
+                    duration_ms: 5,
+                };
+                tokio::spawn(async move {
+                    store
+                        .finish_attempt(&record, DeliveryNext::Delivered, WebhookChange::Succeeded)
+                        .await
+                        .expect("finish_attempt");
+                })
+            };
+            let step = "the attempt never reached the webhook's row";
+            let statement = "UPDATE webhooks";
+            until_settled(&watcher, schema.name(), statement, || false, step).await;
+            // The next delivery dispatched now: it either completes while
+            // the attempt is held, or waits for the attempt to commit.
+            let dispatch = dispatching(&store, vec![next.clone()]);
+            let step = "the dispatch neither completed nor waited";
+            let statement = "UPDATE webhook_dispatch";
+            let ended = || dispatch.is_finished();
+            until_settled(&watcher, schema.name(), statement, ended, step).await;
+            other_attempt
+                .commit()
+                .await
+                .expect("release the webhook's row");
+            finished(attempt, "the attempt").await;
+            assert!(finished(dispatch, "the dispatch").await);
+            let later = now + Duration::seconds(2);
+            let leased = store
+                .lease_deliveries(later, later + Duration::seconds(30), 10, &[])
+                .await
+                .expect("lease");
+            let leased: Vec<DeliveryId> = leased.iter().map(|l| l.delivery.id).collect();
+            assert_eq!(
+                leased,
+                [next.id],
+                "the contact's next delivery heads its queue"
+            );
+            watcher.close().await;
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_page_dispatched_while_its_webhook_is_deleted_is_not_left_behind() {
         // The interleaving that would leave a dispatched page without its
         // webhook, pending for ever: the delete removes the deliveries it

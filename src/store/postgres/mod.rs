@@ -105,6 +105,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 10,
         sql: include_str!("../../../migrations/postgres/0010_event_text.sql"),
     },
+    Migration {
+        version: 11,
+        sql: include_str!("../../../migrations/postgres/0011_webhook_queue_heads.sql"),
+    },
 ];
 
 /// The advisory lock that serialises migrations ("cg-migra" in ASCII).

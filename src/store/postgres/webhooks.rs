@@ -16,9 +16,16 @@
 //!   them, or, once this one has committed, re-checks them, finds them
 //!   leased and leaves them;
 //! - an attempt's consequences are one transaction that updates the
-//!   delivery, then the webhook (whose row lock queues the attempts of one
-//!   webhook, so that the trim to the last ones counts them all), then
-//!   records the attempt and trims.
+//!   delivery, marks the head of its contact's queue (waiting, in share
+//!   mode on the cursor's row, for a dispatch under way), then updates the
+//!   webhook (whose row lock queues the attempts of one webhook, so that
+//!   the trim to the last ones counts them all), then records the attempt
+//!   and trims;
+//! - the head of each contact's queue, the only delivery of it a lease
+//!   reads, is marked by the dispatch that records it when none of the
+//!   contact's is pending before it, and otherwise by the attempt that
+//!   ends the one before: a dispatch and such an attempt at once are
+//!   ordered by the cursor's row, so one of them sees the other's work.
 //!
 //! Deleting a webhook locks its deliveries before its row, in the order an
 //! attempt takes them, so the two never wait for each other in a cycle.
@@ -233,11 +240,35 @@ impl WebhookStore for PgStore {
             // transaction rolls it back.
             return Ok(false);
         }
+        // Numbers are drawn under the cursor's lock only: every one drawn
+        // below is larger.
+        let numbered_before: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(number), 0) FROM webhook_deliveries")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend(ACTION))?;
         // A run at a time, in order: each draws its numbers after the
         // run before.
         for run in statement_runs(deliveries) {
             insert_deliveries(&mut tx, run, ACTION).await?;
         }
+        // The page's heads: each delivery with no earlier one of its
+        // contact to its webhook pending, in this page or before it
+        // (migration 0011 says why heads are marked). An attempt that ends
+        // an earlier one meanwhile marks its successor itself once this
+        // commits (`finish_attempt`).
+        sqlx::query(
+            "UPDATE webhook_deliveries AS d SET head = true
+             WHERE d.number > $1
+               AND NOT EXISTS (
+                   SELECT 1 FROM webhook_deliveries e
+                   WHERE e.webhook_id = d.webhook_id AND e.contact_key = d.contact_key
+                     AND e.state = 'pending' AND e.number < d.number)",
+        )
+        .bind(numbered_before)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
         tx.commit().await.map_err(backend(ACTION))?;
         Ok(true)
     }
@@ -259,14 +290,10 @@ impl WebhookStore for PgStore {
             "WITH chosen AS (
                  SELECT d.number FROM webhook_deliveries d
                  JOIN webhooks w ON w.id = d.webhook_id
-                 WHERE d.state = 'pending' AND d.next_attempt_at <= $1
+                 WHERE d.state = 'pending' AND d.head AND d.next_attempt_at <= $1
                    AND (d.leased_until IS NULL OR d.leased_until < $1)
                    AND w.status = 'active'
                    AND NOT (d.webhook_id = ANY($3))
-                   AND NOT EXISTS (
-                       SELECT 1 FROM webhook_deliveries e
-                       WHERE e.webhook_id = d.webhook_id AND e.contact_key = d.contact_key
-                         AND e.state = 'pending' AND e.number < d.number)
                  ORDER BY d.next_attempt_at, d.number
                  LIMIT $4
                  FOR UPDATE OF d SKIP LOCKED
@@ -324,6 +351,36 @@ impl WebhookStore for PgStore {
             // keep.
             return Ok(());
         }
+        // The head of the delivery's queue (migration 0011): its contact's
+        // earliest pending delivery to its webhook. That is the next one
+        // once this one has ended, and this one still while it waits for a
+        // retry, already marked. A dispatch under way may be recording
+        // that next one, having found this one pending and so not marked
+        // it: the cursor's row in share mode waits for such a dispatch to
+        // commit, so that the statement below sees its deliveries, and
+        // makes a later dispatch wait for this commit, so that it finds
+        // this one ended. Share locks do not wait for each other, so
+        // attempts do not queue behind each other here.
+        sqlx::query("SELECT 1 FROM webhook_dispatch WHERE id = 1 FOR SHARE")
+            .execute(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        // SKIP LOCKED: a pending delivery that is not a head is locked by
+        // nothing but a deletion of its webhook, which takes all of the
+        // webhook's deliveries, and may hold the next one while it waits
+        // for this one: waiting for it would close a cycle.
+        sqlx::query(
+            "UPDATE webhook_deliveries SET head = true WHERE number = (
+                 SELECT e.number FROM webhook_deliveries d JOIN webhook_deliveries e
+                     ON e.webhook_id = d.webhook_id AND e.contact_key = d.contact_key
+                 WHERE d.id = $1 AND e.state = 'pending'
+                 ORDER BY e.number LIMIT 1
+                 FOR UPDATE OF e SKIP LOCKED)",
+        )
+        .bind(attempt.delivery_id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
         // Always an UPDATE, even one that changes nothing: its row lock
         // queues the attempts of one webhook until this one commits, so the
         // trim below sees every attempt before it.
