@@ -1,7 +1,7 @@
 //! [`WebhookStore`] in memory: webhooks, the outbox of deliveries and
 //! their attempts under one lock, so every operation is atomic.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -42,6 +42,13 @@ struct State {
     /// Deliveries by their number (dispatch order).
     deliveries: BTreeMap<u64, Outboxed>,
     by_id: HashMap<DeliveryId, u64>,
+    /// The pending deliveries of each contact to each webhook, by number:
+    /// the first is the queue's head, the only one of them a lease may
+    /// take (a delivery waits for the one before it).
+    queues: HashMap<(WebhookId, String), BTreeSet<u64>>,
+    /// The queues' heads by when they are due, then number: what a lease
+    /// reads, so that it never walks a long queue.
+    heads: BTreeSet<(OffsetDateTime, u64)>,
     next_number: u64,
     attempts: HashMap<WebhookId, VecDeque<AttemptRecord>>,
 }
@@ -56,6 +63,34 @@ struct Outboxed {
 }
 
 impl State {
+    /// Takes delivery `number`, which has ended, out of its queue, and
+    /// makes the next of the queue (if any) its head.
+    fn dequeue(&mut self, number: u64, due: OffsetDateTime) {
+        self.heads.remove(&(due, number));
+        let Some(outboxed) = self.deliveries.get(&number) else {
+            return;
+        };
+        let key = (
+            outboxed.delivery.webhook_id,
+            outboxed.delivery.contact_key.clone(),
+        );
+        let Some(queue) = self.queues.get_mut(&key) else {
+            return;
+        };
+        queue.remove(&number);
+        match queue
+            .first()
+            .and_then(|next| self.deliveries.get(next).map(|o| (o, *next)))
+        {
+            Some((next, head)) => {
+                self.heads.insert((next.next_attempt_at, head));
+            }
+            None => {
+                self.queues.remove(&key);
+            }
+        }
+    }
+
     fn url_taken(&self, webhook: &Webhook) -> bool {
         self.webhooks.values().any(|other| {
             other.id != webhook.id
@@ -160,6 +195,11 @@ impl WebhookStore for MemoryWebhookStore {
                 state.by_id.remove(&outboxed.delivery.id);
             }
         }
+        state.queues.retain(|(webhook, _), _| *webhook != id);
+        let State {
+            heads, deliveries, ..
+        } = &mut *state;
+        heads.retain(|(_, number)| deliveries.contains_key(number));
         Ok(true)
     }
 
@@ -192,6 +232,15 @@ impl WebhookStore for MemoryWebhookStore {
             let number = state.next_number;
             state.next_number += 1;
             state.by_id.insert(delivery.id, number);
+            let queue = state
+                .queues
+                .entry((delivery.webhook_id, delivery.contact_key.clone()))
+                .or_default();
+            queue.insert(number);
+            if queue.len() == 1 {
+                // None of its contact's before it: the head of its queue.
+                state.heads.insert((delivery.created_at, number));
+            }
             state.deliveries.insert(
                 number,
                 Outboxed {
@@ -216,36 +265,26 @@ impl WebhookStore for MemoryWebhookStore {
         skip: &[WebhookId],
     ) -> Result<Vec<LeasedDelivery>, StoreError> {
         let mut state = lock(&self.state);
-        // The first pending delivery of each (webhook, contact), in order.
-        let mut heads_seen: HashSet<(WebhookId, &str)> = HashSet::new();
-        let mut due: Vec<(OffsetDateTime, u64)> = Vec::new();
-        for (number, outboxed) in &state.deliveries {
-            if outboxed.state != DeliveryState::Pending {
-                continue;
+        // The heads of the queues, oldest due first (dispatch order among
+        // equals), those due by `now` only.
+        let mut due: Vec<u64> = Vec::new();
+        for &(at, number) in &state.heads {
+            if at > now || due.len() >= limit {
+                break;
             }
-            let key = (
-                outboxed.delivery.webhook_id,
-                outboxed.delivery.contact_key.as_str(),
-            );
-            if !heads_seen.insert(key) {
+            let Some(outboxed) = state.deliveries.get(&number) else {
                 continue;
-            }
+            };
             let Some(webhook) = state.webhooks.get(&outboxed.delivery.webhook_id) else {
                 continue;
             };
             let free = outboxed.leased_until.is_none_or(|until| until < now);
-            if webhook.status == WebhookStatus::Active
-                && !skip.contains(&webhook.id)
-                && outboxed.next_attempt_at <= now
-                && free
-            {
-                due.push((outboxed.next_attempt_at, *number));
+            if webhook.status == WebhookStatus::Active && !skip.contains(&webhook.id) && free {
+                due.push(number);
             }
         }
-        due.sort();
-        due.truncate(limit);
         let mut leased = Vec::with_capacity(due.len());
-        for (_, number) in due {
+        for number in due {
             let Some(outboxed) = state.deliveries.get_mut(&number) else {
                 continue;
             };
@@ -279,16 +318,24 @@ impl WebhookStore for MemoryWebhookStore {
         if let Some(outboxed) = state.deliveries.get_mut(&number) {
             outboxed.attempts += 1;
             outboxed.leased_until = None;
+            let due = outboxed.next_attempt_at;
             match next {
-                DeliveryNext::Delivered => {
-                    outboxed.state = DeliveryState::Delivered;
+                DeliveryNext::Delivered | DeliveryNext::Failed => {
+                    outboxed.state = if next == DeliveryNext::Delivered {
+                        DeliveryState::Delivered
+                    } else {
+                        DeliveryState::Failed
+                    };
                     outboxed.finished_at = Some(attempt.at);
+                    state.dequeue(number, due);
                 }
-                DeliveryNext::Failed => {
-                    outboxed.state = DeliveryState::Failed;
-                    outboxed.finished_at = Some(attempt.at);
+                DeliveryNext::RetryAt(at) => {
+                    outboxed.next_attempt_at = at;
+                    // Still its queue's head, due later.
+                    if state.heads.remove(&(due, number)) {
+                        state.heads.insert((at, number));
+                    }
                 }
-                DeliveryNext::RetryAt(at) => outboxed.next_attempt_at = at,
             }
         }
         if let Some(webhook) = state.webhooks.get_mut(&attempt.webhook_id) {
