@@ -24,7 +24,7 @@
 //! behind the events (its p99 should stay under 100 ms).
 //!
 //! ```text
-//! cargo bench -p conversion-gateway-server --bench intake_load -- [--seconds 10] [--warmup 2] [--connections 64] [--rounds 3] [--generator hyper|wrk] [--baseline PATH]
+//! cargo bench -p conversion-gateway-server --bench intake_load -- [--seconds 10] [--warmup 2] [--connections 64] [--rounds 3] [--generator hyper|wrk] [--baseline PATH] [--webhook]
 //! ```
 //!
 //! `--generator wrk` sends the flood with `wrk -t1` instead of this
@@ -42,6 +42,13 @@
 //! server's process, the store's own processes and threads (PostgreSQL,
 //! the NATS server, the SQLite store's writer of events), the load
 //! generator, and the share of the machine left idle (module `cpu`).
+//!
+//! `--webhook` also floods this build on the memory store and on SQLite
+//! with one `WEBHOOK.CONVERTED` webhook registered for the demo account
+//! (`memory-webhook`, `sqlite-webhook`), pointed at the bare handler on
+//! loopback (`--webhooks-allow-private`): every event is then dispatched
+//! to it and delivered as the flood goes on, the deliveries of its one
+//! contact one after another.
 //!
 //! `postgres` runs when `DATABASE_URL` names a server, in a schema of its
 //! own that is dropped at the end; `jetstream` (the memory store, events
@@ -84,6 +91,9 @@ struct Options {
     /// Another build of the service to flood beside this one
     /// (`--baseline`).
     baseline: Option<PathBuf>,
+    /// Also flood memory and SQLite with a webhook registered
+    /// (`--webhook`).
+    webhook: bool,
 }
 
 /// What sends the flood.
@@ -107,6 +117,7 @@ impl Options {
             rounds: 3,
             generator: Generator::Hyper,
             baseline: None,
+            webhook: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -115,6 +126,10 @@ impl Options {
                     .next()
                     .expect("--baseline takes the path of a server binary");
                 options.baseline = Some(PathBuf::from(path));
+                continue;
+            }
+            if flag == "--webhook" {
+                options.webhook = true;
                 continue;
             }
             let mut value = || -> u64 {
@@ -226,6 +241,21 @@ async fn run(options: Options) {
             ));
         }
     }
+    if options.webhook {
+        let allow = vec!["--webhooks-allow-private".to_owned()];
+        stores.push((
+            "memory-webhook",
+            "memory".to_owned(),
+            allow.clone(),
+            binary.as_path(),
+        ));
+        stores.push((
+            "sqlite-webhook",
+            sqlite_at("load-webhook.db"),
+            allow,
+            binary.as_path(),
+        ));
+    }
     if let Some((_, url)) = &postgres {
         stores.push(("postgres", url.clone(), Vec::new(), binary.as_path()));
     } else {
@@ -248,7 +278,10 @@ async fn run(options: Options) {
     }
     for (name, store, extra, binary) in stores {
         let (process, address, credentials) = start_server(binary, &dir, name, &store, &extra);
-        let refresher = Refresher::connect(address, &credentials).await;
+        let mut refresher = Refresher::connect(address, &credentials).await;
+        if name.ends_with("-webhook") {
+            refresher.register_webhook(bare_address).await;
+        }
         targets.push(Target {
             name,
             address,
@@ -682,8 +715,50 @@ impl Refresher {
         refresher
     }
 
+    /// Registers a `WEBHOOK.CONVERTED` webhook of the demo account (every
+    /// conversion) at the bare handler listening on `receiver`, with an
+    /// access token of this client's grant.
+    async fn register_webhook(&mut self, receiver: SocketAddr) {
+        let presented = self.refresh_token.clone();
+        let tokens = self.tokens(("refresh_token", &presented)).await;
+        self.refresh_token = tokens["refresh_token"]
+            .as_str()
+            .expect("a refresh token")
+            .to_owned();
+        let access = tokens["access_token"].as_str().expect("an access token");
+        let reply = self
+            .http
+            .post(format!("{}/integrations/webhooks", self.base))
+            .timeout(Duration::from_secs(30))
+            .bearer_auth(access)
+            .header("content-type", "application/json")
+            .body(
+                json!({
+                    "event_type": "WEBHOOK.CONVERTED",
+                    "entity_type": "CONTACT",
+                    "http_method": "POST",
+                    "url": format!("http://{receiver}/platform/conversions"),
+                })
+                .to_string(),
+            )
+            .send()
+            .await
+            .expect("the webhooks endpoint");
+        let status = reply.status();
+        let body = reply.text().await.unwrap_or_default();
+        assert!(status.is_success(), "a webhook registered: {status} {body}");
+    }
+
     /// Posts the token request with `grant` and returns the refresh token.
     async fn token(&self, grant: (&str, &str)) -> String {
+        self.tokens(grant).await["refresh_token"]
+            .as_str()
+            .expect("a refresh token")
+            .to_owned()
+    }
+
+    /// Posts the token request with `grant` and returns the token answer.
+    async fn tokens(&self, grant: (&str, &str)) -> Value {
         let mut body = json!({ "client_id": self.client_id, "client_secret": self.client_secret });
         body[grant.0] = Value::from(grant.1);
         let reply = self
@@ -695,12 +770,7 @@ impl Refresher {
             .await
             .expect("the token endpoint");
         assert_eq!(reply.status(), 200, "a token answer");
-        let tokens: Value =
-            serde_json::from_slice(&reply.bytes().await.expect("tokens")).expect("JSON tokens");
-        tokens["refresh_token"]
-            .as_str()
-            .expect("a refresh token")
-            .to_owned()
+        serde_json::from_slice(&reply.bytes().await.expect("tokens")).expect("JSON tokens")
     }
 
     /// Refreshes every 20 ms until `deadline`: itself and each refresh's latency.

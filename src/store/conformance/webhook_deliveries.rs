@@ -190,6 +190,12 @@ pub(super) async fn check_queue_across_pages(store: &dyn WebhookStore) {
         [other.id],
         "a contact's later pages wait for its delivery out; another contact's do not"
     );
+    // Another webhook's queue of the same contact, deleted with its
+    // webhook: this webhook's queue is left as it was.
+    let deleted = new_webhook(new_account(), &new_url());
+    insert(store, &deleted).await;
+    dispatch(store, &[new_delivery(&deleted, "q@example.com")]).await;
+    remove(store, &[&deleted]).await;
 
     finish(
         store,
