@@ -1305,14 +1305,11 @@ fn model_idempotency_on_postgres() {
 }
 
 /// The upgrade to migration 11 marks the head of each contact's queue that
-/// a release before it left: a lease then takes each contact's earliest
-/// pending delivery (one delivered before it passed), and the next once
-/// it has ended.
+/// a release before it left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn queues_left_by_an_earlier_release_are_leased_in_order_after_the_upgrade() {
-    use conversion_gateway::{
-        AttemptRecord, DeliveryId, DeliveryNext, WebhookChange, WebhookId, WebhookStore,
-    };
+    use crate::webhooks::{QUEUES_AS_RELEASED, check_queues_after_upgrade};
+    use conversion_gateway::{DeliveryId, WebhookId};
     in_schema(|schema| async move {
         let pool = schema.pool().await;
         migrated_as_shipped(&pool, 10).await;
@@ -1333,13 +1330,7 @@ async fn queues_left_by_an_earlier_release_are_leased_in_order_after_the_upgrade
         .await
         .expect("a webhook as released");
         let mut ids = Vec::new();
-        for (contact, state) in [
-            ("a", "pending"),
-            ("a", "pending"),
-            ("b", "pending"),
-            ("c", "delivered"),
-            ("c", "pending"),
-        ] {
+        for (contact, state) in QUEUES_AS_RELEASED {
             let id = DeliveryId(random_uuid(&OsRandom));
             sqlx::query(
                 "INSERT INTO webhook_deliveries
@@ -1359,43 +1350,10 @@ async fn queues_left_by_an_earlier_release_are_leased_in_order_after_the_upgrade
             .expect("a delivery as released");
             ids.push(id);
         }
-
         let store = PgStore::from_pool_with(pool.clone(), PgStoreOptions::default())
             .await
             .expect("open the store: migration 11");
-        let lease = |now: time::OffsetDateTime| {
-            let store = store.clone();
-            async move {
-                let leased = store
-                    .lease_deliveries(now, now + time::Duration::seconds(30), 10, &[])
-                    .await
-                    .expect("lease_deliveries");
-                leased.iter().map(|l| l.delivery.id).collect::<Vec<_>>()
-            }
-        };
-        let now = start + time::Duration::seconds(1);
-        assert_eq!(
-            lease(now).await,
-            [ids[0], ids[2], ids[4]],
-            "each contact's earliest pending delivery, the delivered one passed"
-        );
-        let attempt = AttemptRecord {
-            delivery_id: ids[0],
-            webhook_id: webhook,
-            at: now,
-            status: Some(200),
-            error: None,
-            duration_ms: 5,
-        };
-        store
-            .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
-            .await
-            .expect("finish_attempt");
-        assert_eq!(
-            lease(now + time::Duration::seconds(1)).await,
-            [ids[1]],
-            "a contact's next delivery once the one before is delivered"
-        );
+        check_queues_after_upgrade(&store, webhook, &ids).await;
     })
     .await;
 }

@@ -20,6 +20,57 @@ fn start() -> OffsetDateTime {
     datetime!(2026-03-01 12:00:00 UTC)
 }
 
+/// The deliveries a release before the queue heads (SQLite's migration 9,
+/// PostgreSQL's 11) left to one webhook, in dispatch order, as (contact,
+/// state): `a` two pending, `b` one, `c` one delivered then one pending.
+pub(crate) const QUEUES_AS_RELEASED: [(&str, &str); 5] = [
+    ("a", "pending"),
+    ("a", "pending"),
+    ("b", "pending"),
+    ("c", "delivered"),
+    ("c", "pending"),
+];
+
+/// After the upgrade, `store` leases each contact's earliest pending
+/// delivery of [`QUEUES_AS_RELEASED`] (stored as `ids` for `webhook`), the
+/// delivered one passed, and a contact's next once the one before ended.
+pub(crate) async fn check_queues_after_upgrade(
+    store: &dyn WebhookStore,
+    webhook: WebhookId,
+    ids: &[DeliveryId],
+) {
+    let lease = |now: OffsetDateTime| async move {
+        let leased = store
+            .lease_deliveries(now, now + Duration::seconds(30), 10, &[])
+            .await
+            .expect("lease_deliveries");
+        leased.iter().map(|l| l.delivery.id).collect::<Vec<_>>()
+    };
+    let now = start() + Duration::seconds(1);
+    assert_eq!(
+        lease(now).await,
+        [ids[0], ids[2], ids[4]],
+        "each contact's earliest pending delivery, the delivered one passed"
+    );
+    let attempt = AttemptRecord {
+        delivery_id: ids[0],
+        webhook_id: webhook,
+        at: now,
+        status: Some(200),
+        error: None,
+        duration_ms: 5,
+    };
+    store
+        .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
+        .await
+        .expect("finish_attempt");
+    assert_eq!(
+        lease(now + Duration::seconds(1)).await,
+        [ids[1]],
+        "a contact's next delivery once the one before is delivered"
+    );
+}
+
 fn webhook(account: AccountId, status: WebhookStatus) -> Webhook {
     Webhook {
         id: WebhookId(random_uuid(&OsRandom)),
@@ -292,9 +343,8 @@ mod sqlite {
 
     /// A database file as a release before migration 9 left it: its
     /// migrations applied and recorded as the store records them, one
-    /// webhook and, in dispatch order, the deliveries of three contacts:
-    /// `a` two pending, `b` one, `c` one delivered then one pending.
-    /// Returns the webhook and the deliveries' ids, in that order.
+    /// webhook and [`QUEUES_AS_RELEASED`]. Returns the webhook and the
+    /// deliveries' ids, in that order.
     async fn queues_as_released(dir: &TempDir) -> (Webhook, Vec<DeliveryId>) {
         use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
         let options = SqliteConnectOptions::new()
@@ -344,13 +394,7 @@ mod sqlite {
         .await
         .expect("a webhook as released");
         let mut ids = Vec::new();
-        for (contact, state) in [
-            ("a", "pending"),
-            ("a", "pending"),
-            ("b", "pending"),
-            ("c", "delivered"),
-            ("c", "pending"),
-        ] {
+        for (contact, state) in QUEUES_AS_RELEASED {
             let id = DeliveryId(random_uuid(&OsRandom));
             let finished_at = (state == "delivered").then(|| micros(start()));
             sqlx::query(
@@ -377,46 +421,13 @@ mod sqlite {
     }
 
     /// The upgrade marks the head of each contact's queue that a release
-    /// before it left: a lease then takes each contact's earliest pending
-    /// delivery, and the next once it has ended.
+    /// before it left.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn queues_left_by_an_earlier_release_are_leased_in_order_after_the_upgrade() {
         let dir = TempDir::new();
         let (hook, ids) = queues_as_released(&dir).await;
         let store = file_store(&dir).await;
-        let now = start() + Duration::seconds(1);
-        let lease = |now: OffsetDateTime| {
-            let store = Arc::clone(&store);
-            async move {
-                let leased = store
-                    .lease_deliveries(now, now + Duration::seconds(30), 10, &[])
-                    .await
-                    .expect("lease_deliveries");
-                leased.iter().map(|l| l.delivery.id).collect::<Vec<_>>()
-            }
-        };
-        assert_eq!(
-            lease(now).await,
-            [ids[0], ids[2], ids[4]],
-            "each contact's earliest pending delivery, the delivered one passed"
-        );
-        let attempt = AttemptRecord {
-            delivery_id: ids[0],
-            webhook_id: hook.id,
-            at: now,
-            status: Some(200),
-            error: None,
-            duration_ms: 5,
-        };
-        store
-            .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
-            .await
-            .expect("finish_attempt");
-        assert_eq!(
-            lease(now + Duration::seconds(1)).await,
-            [ids[1]],
-            "a contact's next delivery once the one before is delivered"
-        );
+        check_queues_after_upgrade(&*store, hook.id, &ids).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
