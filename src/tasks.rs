@@ -16,7 +16,6 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::error_chain::ErrorChain;
 use crate::gateway::Gateway;
-use crate::gateway::operations::PurgeReport;
 use crate::records::webhook::WebhookId;
 use crate::webhooks::delivery::DISPATCH_PAGE;
 
@@ -113,13 +112,24 @@ impl BackgroundTasks {
 /// One purge, logged.
 async fn purge_once(gateway: &Gateway) {
     match gateway.purge_expired().await {
-        Ok(report) if report == PurgeReport::default() => {}
-        Ok(report) => tracing::info!(
-            tokens = report.tokens,
-            idempotency_claims = report.idempotency_claims,
-            webhook_deliveries = report.webhook_deliveries,
-            "purged expired records"
-        ),
+        Ok(report) => {
+            if report.queue_heads_repaired > 0 {
+                // Worth an operator's eye: an earlier release is (or was)
+                // writing deliveries to this store.
+                tracing::warn!(
+                    queues = report.queue_heads_repaired,
+                    "webhook delivery queues left unleasable by an earlier release were repaired"
+                );
+            }
+            if report.tokens + report.idempotency_claims + report.webhook_deliveries > 0 {
+                tracing::info!(
+                    tokens = report.tokens,
+                    idempotency_claims = report.idempotency_claims,
+                    webhook_deliveries = report.webhook_deliveries,
+                    "purged expired records"
+                );
+            }
+        }
         Err(error) => tracing::warn!(
             error = %ErrorChain(&error),
             "purging expired records failed; trying again at the next interval"

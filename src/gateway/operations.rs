@@ -39,6 +39,12 @@ pub struct PurgeReport {
     pub idempotency_claims: usize,
     /// Webhook deliveries that ended (delivered or given up).
     pub webhook_deliveries: usize,
+    /// Queues of webhook deliveries whose first pending delivery a
+    /// previous release left unmarked, made leasable again
+    /// ([`WebhookStore::repair_queue_heads`](crate::WebhookStore::repair_queue_heads)).
+    /// Not a deletion, but the same periodic upkeep; anything but 0 means
+    /// an instance of an earlier release wrote to the store.
+    pub queue_heads_repaired: usize,
 }
 
 impl Gateway {
@@ -47,7 +53,10 @@ impl Gateway {
     /// and access tokens, rotated and expired refresh tokens, the refresh
     /// tokens of revoked grants, expired idempotency claims, and webhook
     /// deliveries that ended (delivered or given up). Events,
-    /// accounts, clients, API keys and grants are kept.
+    /// accounts, clients, API keys and grants are kept. Then it repairs
+    /// the webhook delivery queues an earlier release left unleasable
+    /// ([`WebhookStore::repair_queue_heads`](crate::WebhookStore::repair_queue_heads)),
+    /// one statement that marks nothing on a store only this release wrote.
     ///
     /// Deletes in batches of [`GatewayConfig::purge_batch`](crate::config::GatewayConfig::purge_batch), each a short
     /// statement of its own, until nothing is left, so that requests running
@@ -86,6 +95,7 @@ impl Gateway {
                 break;
             }
         }
+        report.queue_heads_repaired = self.stores.webhooks.repair_queue_heads().await?;
         Ok(report)
     }
 

@@ -207,4 +207,31 @@ pub trait WebhookStore: Send + Sync {
         cutoff: OffsetDateTime,
         limit: usize,
     ) -> Result<usize, StoreError>;
+
+    /// Makes every contact's earliest pending delivery to a webhook
+    /// leasable again where a writer that did not keep the store's own
+    /// record of it left it unmarked, and returns how many it repaired.
+    ///
+    /// The SQL stores mark the first pending delivery of each (webhook,
+    /// contact) queue as its head, and a lease reads the heads alone, so
+    /// that it never walks a long queue. A release before the marks
+    /// (SQLite's migration 9, PostgreSQL's 11) records deliveries without
+    /// them and does not mark a queue's next delivery when it ends one: an
+    /// instance of it still running beside this release (a rolling
+    /// upgrade on PostgreSQL), or run again on an upgraded database (a
+    /// rollback, then the upgrade once more), leaves queues whose first
+    /// delivery no lease of this release takes, for ever. This heals them;
+    /// on a store that only this release wrote, it changes nothing and
+    /// returns 0. [`Gateway::purge_expired`](crate::Gateway::purge_expired)
+    /// calls it, so the periodic purge heals such queues within one
+    /// interval, and at start-up.
+    ///
+    /// It never marks a delivery that is not its queue's earliest pending
+    /// one: deliveries are numbered in dispatch order and a pending one
+    /// only ever ends, so the earliest pending delivery it reads stays the
+    /// earliest until it ends, whatever runs beside it.
+    ///
+    /// # Errors
+    /// `Backend` on failure; the next call carries on.
+    async fn repair_queue_heads(&self) -> Result<usize, StoreError>;
 }

@@ -5,6 +5,7 @@
 #![cfg(feature = "test-util")]
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
 
 use conversion_gateway::{
@@ -69,6 +70,69 @@ pub(crate) async fn check_queues_after_upgrade(
         [ids[1]],
         "a contact's next delivery once the one before is delivered"
     );
+}
+
+/// Writes [`QUEUES_AS_RELEASED`] through `store` as this release does (a
+/// webhook registered, the page dispatched, `c`'s first delivery leased
+/// and delivered), then has `unmark` take every head mark away, leaving
+/// the queues as a release before the marks writes them (it marks none,
+/// and does not mark a contact's next delivery when it ends one).
+/// Nothing is leased then; [`WebhookStore::repair_queue_heads`] marks one
+/// delivery of each of the three queues, a second repair none, and the
+/// queues then go as after an upgrade ([`check_queues_after_upgrade`]).
+pub(crate) async fn check_queue_heads_repaired(
+    store: &dyn WebhookStore,
+    unmark: impl Future<Output = ()>,
+) {
+    let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
+    let written = store.insert_webhook(&hook).await.expect("insert_webhook");
+    assert_eq!(written, WebhookWrite::Stored);
+    let page: Vec<Delivery> = QUEUES_AS_RELEASED
+        .iter()
+        .map(|(contact, _)| delivery(&hook, contact))
+        .collect();
+    let ids: Vec<DeliveryId> = page.iter().map(|delivery| delivery.id).collect();
+    let from = store.dispatch_cursor().await.expect("dispatch_cursor");
+    let to = FeedCursor::new("page-1");
+    assert!(store.dispatch(&from, &to, &page).await.expect("dispatch"));
+    // Leased until before the checks below lease again.
+    let leased = store
+        .lease_deliveries(start(), start() + Duration::milliseconds(500), 10, &[])
+        .await
+        .expect("lease_deliveries");
+    let leased: Vec<DeliveryId> = leased.iter().map(|l| l.delivery.id).collect();
+    assert_eq!(leased, [ids[0], ids[2], ids[3]], "each contact's first");
+    let delivered = AttemptRecord {
+        delivery_id: ids[3],
+        webhook_id: hook.id,
+        at: start(),
+        status: Some(200),
+        error: None,
+        duration_ms: 5,
+    };
+    store
+        .finish_attempt(
+            &delivered,
+            DeliveryNext::Delivered,
+            WebhookChange::Succeeded,
+        )
+        .await
+        .expect("finish_attempt");
+
+    unmark.await;
+    let now = start() + Duration::seconds(1);
+    let stuck = store
+        .lease_deliveries(now, now + Duration::seconds(30), 10, &[])
+        .await
+        .expect("lease_deliveries");
+    assert!(
+        stuck.is_empty(),
+        "queues whose heads are unmarked are never leased: {stuck:?}"
+    );
+    let repair = || async { store.repair_queue_heads().await.expect("repair") };
+    assert_eq!(repair().await, 3, "one head for each of the three queues");
+    assert_eq!(repair().await, 0, "nothing left to repair");
+    check_queues_after_upgrade(store, hook.id, &ids).await;
 }
 
 fn webhook(account: AccountId, status: WebhookStatus) -> Webhook {
@@ -430,6 +494,30 @@ mod sqlite {
         check_queues_after_upgrade(&*store, hook.id, &ids).await;
     }
 
+    /// A release before the marks run again on an upgraded file (a
+    /// rollback, then the upgrade once more) leaves queues without heads;
+    /// the repair makes them leasable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn queues_an_earlier_release_wrote_after_the_upgrade_are_repaired() {
+        use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+        let dir = TempDir::new();
+        let store = file_store(&dir).await;
+        let unmark = async {
+            // Another connection to the file, as the earlier release's
+            // process would have.
+            let options = SqliteConnectOptions::new().filename(dir.file());
+            let pool = SqlitePool::connect_with(options)
+                .await
+                .expect("the database file");
+            sqlx::query("UPDATE webhook_deliveries SET head = 0")
+                .execute(&pool)
+                .await
+                .expect("unmark the heads");
+            pool.close().await;
+        };
+        check_queue_heads_repaired(&*store, unmark).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn two_stores_on_one_file_never_lease_a_delivery_twice() {
         // Two stores on one file stand for two processes: the lease's
@@ -640,6 +728,80 @@ mod postgres {
                 [next.id],
                 "the contact's next delivery heads its queue"
             );
+            watcher.close().await;
+        })
+        .await;
+    }
+
+    /// An instance of a release before the marks, running beside this one
+    /// (a rolling upgrade) or again after it (a rollback), leaves queues
+    /// without heads; the repair makes them leasable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn queues_an_earlier_release_wrote_beside_this_one_are_repaired() {
+        in_schema(|schema| async move {
+            let store = schema.store().await;
+            let earlier_release = schema.pool().await;
+            let unmark = async {
+                sqlx::query("UPDATE webhook_deliveries SET head = false")
+                    .execute(&earlier_release)
+                    .await
+                    .expect("unmark the heads");
+            };
+            check_queue_heads_repaired(&*store, unmark).await;
+            earlier_release.close().await;
+        })
+        .await;
+    }
+
+    /// The repair skips a delivery another transaction has locked (a
+    /// deletion of its webhook takes them all) instead of waiting for it,
+    /// and marks it at a later repair.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_repair_passes_a_locked_delivery_by_and_marks_it_later() {
+        in_schema(|schema| async move {
+            let store: Arc<dyn WebhookStore> = schema.store().await;
+            let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
+            assert_eq!(
+                store.insert_webhook(&hook).await.expect("insert"),
+                WebhookWrite::Stored
+            );
+            let (locked, free) = (delivery(&hook, "a"), delivery(&hook, "b"));
+            let from = store.dispatch_cursor().await.expect("cursor");
+            let page = [locked.clone(), free.clone()];
+            assert!(
+                store
+                    .dispatch(&from, &FeedCursor::new("page-1"), &page)
+                    .await
+                    .expect("dispatch")
+            );
+            let watcher = schema.pool().await;
+            sqlx::query("UPDATE webhook_deliveries SET head = false")
+                .execute(&watcher)
+                .await
+                .expect("unmark the heads");
+            let mut holder = watcher.begin().await.expect("begin");
+            sqlx::query("SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE")
+                .bind(locked.id.0)
+                .execute(&mut *holder)
+                .await
+                .expect("lock a delivery");
+            let repaired = tokio::time::timeout(STEP, store.repair_queue_heads())
+                .await
+                .expect("the repair waited for a locked delivery")
+                .expect("repair");
+            assert_eq!(
+                repaired, 1,
+                "the free queue's head, the locked one passed by"
+            );
+            holder.rollback().await.expect("release the delivery");
+            assert_eq!(store.repair_queue_heads().await.expect("repair"), 1);
+            let now = start();
+            let leased = store
+                .lease_deliveries(now, now + Duration::seconds(30), 10, &[])
+                .await
+                .expect("lease");
+            let leased: HashSet<DeliveryId> = leased.iter().map(|l| l.delivery.id).collect();
+            assert_eq!(leased, HashSet::from([locked.id, free.id]));
             watcher.close().await;
         })
         .await;

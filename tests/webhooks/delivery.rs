@@ -278,6 +278,10 @@ impl WebhookStore for CountingWebhooks {
     ) -> Result<usize, StoreError> {
         self.inner.purge_deliveries(cutoff, limit).await
     }
+
+    async fn repair_queue_heads(&self) -> Result<usize, StoreError> {
+        self.inner.repair_queue_heads().await
+    }
 }
 
 #[tokio::test]
@@ -746,6 +750,82 @@ async fn the_purge_deletes_ended_deliveries_past_the_retention() {
     let report = t.gateway().purge_expired().await.unwrap();
     assert_eq!(report.webhook_deliveries, 1);
     assert_eq!(t.f.stores.webhooks.delivery_state(id).await.unwrap(), None);
+}
+
+/// On the default store, queues an earlier release left without their
+/// head marks (it ran on the upgraded file after a rollback) are never
+/// attempted until the periodic purge repairs them; then they go, each
+/// contact's in order.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_repairs_queues_an_earlier_release_left_and_they_are_delivered() {
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+    let dir = conversion_gateway_testkit::TempDir::new("repair");
+    let file = dir.path("gateway.db");
+    let store = Arc::new(
+        conversion_gateway::SqliteStore::open(&file)
+            .await
+            .expect("a SQLite store"),
+    );
+    let t = Hooks::on(Stores::sharing(store.clone()), RetrySchedule::default()).await;
+    t.register(URL).await;
+    t.receiver.clear();
+    t.convert("a@example.com", "first").await;
+    t.convert("a@example.com", "second").await;
+    t.convert("b@example.com", "first").await;
+    let dispatched = t
+        .gateway()
+        .dispatch_webhook_deliveries(DISPATCH_PAGE)
+        .await
+        .unwrap();
+    assert_eq!(dispatched, 3);
+    let earlier_release = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&file))
+        .await
+        .expect("the database file");
+    sqlx::query("UPDATE webhook_deliveries SET head = 0")
+        .execute(&earlier_release)
+        .await
+        .expect("unmark the heads");
+    earlier_release.close().await;
+
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert!(
+        round.attempts.is_empty(),
+        "nothing leasable before the repair"
+    );
+    let report = t.gateway().purge_expired().await.unwrap();
+    assert_eq!(report.queue_heads_repaired, 2, "a@'s queue and b@'s");
+    assert_eq!(
+        t.gateway()
+            .purge_expired()
+            .await
+            .unwrap()
+            .queue_heads_repaired,
+        0
+    );
+    for _ in 0..2 {
+        t.gateway().run_webhooks_once().await.unwrap();
+    }
+    let sent: Vec<(String, String)> = t
+        .receiver
+        .bodies_to(URL)
+        .iter()
+        .map(|b| {
+            (
+                b["contact"]["email"].as_str().unwrap().to_owned(),
+                b["event_identifier"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("a@example.com".into(), "first".into()),
+            ("b@example.com".into(), "first".into()),
+            ("a@example.com".into(), "second".into()),
+        ]
+    );
+    store.close().await;
 }
 
 #[tokio::test]

@@ -410,4 +410,12 @@ impl WebhookStore for MemoryWebhookStore {
         }
         Ok(ended.len())
     }
+
+    async fn repair_queue_heads(&self) -> Result<usize, StoreError> {
+        // Nothing to repair: only this store's own methods write its
+        // queues, and each keeps every queue's first delivery among the
+        // heads (`State::dequeue`, `dispatch`). Nothing outlives the
+        // process to be written by another release.
+        Ok(0)
+    }
 }

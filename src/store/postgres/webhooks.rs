@@ -25,7 +25,10 @@
 //!   reads, is marked by the dispatch that records it when none of the
 //!   contact's is pending before it, and otherwise by the attempt that
 //!   ends the one before: a dispatch and such an attempt at once are
-//!   ordered by the cursor's row, so one of them sees the other's work.
+//!   ordered by the cursor's row, so one of them sees the other's work;
+//! - the repair of queues an earlier release left without a head marks
+//!   each queue's earliest pending delivery in one statement that skips
+//!   locked rows, and so never waits for the writers above.
 //!
 //! Deleting a webhook locks its deliveries before its row, in the order an
 //! attempt takes them, so the two never wait for each other in a cycle.
@@ -492,6 +495,42 @@ impl WebhookStore for PgStore {
             "purge webhook deliveries",
         )
         .await
+    }
+
+    async fn repair_queue_heads(&self) -> Result<usize, StoreError> {
+        const ACTION: &str = "repair webhook delivery queues";
+        // Each queue's earliest pending delivery, by one pass over the
+        // pending deliveries' contact index, marked where an instance of a
+        // previous release left it unmarked (migration 0011): one that ran
+        // beside this release, or before it again after a rollback.
+        //
+        // Safe beside every other writer (READ COMMITTED): deliveries are
+        // numbered in commit order under the cursor's lock, so none
+        // committed later comes before a queue's earliest pending one, and
+        // a pending delivery only ever ends; so the earliest this reads
+        // stays its queue's earliest until it ends, and the lock's re-check
+        // of `state` on the row's newest version leaves it alone if it
+        // ended meanwhile. The marks of this release's dispatches and
+        // attempts commit with what they mark, so this never sees a queue
+        // of theirs half-marked. SKIP LOCKED: a delivery locked right now
+        // (its webhook being deleted, its queue's mark being set by an
+        // attempt) is left to that writer or to the next repair, and this
+        // never waits in a cycle with a delete locking many deliveries.
+        let done = sqlx::query(
+            "WITH unmarked AS (
+                 SELECT d.number FROM webhook_deliveries d
+                 WHERE NOT d.head AND d.state = 'pending' AND d.number IN (
+                     SELECT MIN(number) FROM webhook_deliveries WHERE state = 'pending'
+                     GROUP BY webhook_id, contact_key)
+                 FOR UPDATE OF d SKIP LOCKED
+             )
+             UPDATE webhook_deliveries d SET head = true
+             FROM unmarked WHERE d.number = unmarked.number",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(backend(ACTION))?;
+        usize::try_from(done.rows_affected()).map_err(|_| malformed(ACTION, "count"))
     }
 }
 

@@ -464,6 +464,27 @@ impl WebhookStore for SqliteStore {
         )
         .await
     }
+
+    async fn repair_queue_heads(&self) -> Result<usize, StoreError> {
+        const ACTION: &str = "repair webhook delivery queues";
+        // Each queue's earliest pending delivery, by one pass over the
+        // pending deliveries' contact index (MIN per group reads its
+        // entries in order, no probe per delivery), marked where a
+        // previous release left it unmarked (migration 0009). One
+        // statement at the write gate: nothing writes between its read and
+        // its marks.
+        let _turn = self.write_turn().await;
+        let done = sqlx::query(
+            "UPDATE webhook_deliveries SET head = 1
+             WHERE head = 0 AND number IN (
+                 SELECT MIN(number) FROM webhook_deliveries WHERE state = 'pending'
+                 GROUP BY webhook_id, contact_key)",
+        )
+        .execute(&self.writer)
+        .await
+        .map_err(backend(ACTION))?;
+        usize::try_from(done.rows_affected()).map_err(|_| malformed(ACTION, "count"))
+    }
 }
 
 /// A run of a page's deliveries as the JSON array
