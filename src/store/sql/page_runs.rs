@@ -9,18 +9,18 @@
 //! SQLite's `SQLITE_MAX_LENGTH`), fail the same way on every try, and stop
 //! the dispatcher at that page for good.
 //!
-//! 8 MiB is far below those limits, even in SQLite's JSON, which writes a
-//! byte as at most six (`\u001f`); and large enough that a statement's
-//! own cost is small beside its rows'. A delivery larger than that is a
-//! run of its own, bounded by the intake's `max_body_bytes` (200 KB by
-//! default): a host that raises that past about 150 MB could still pass
-//! SQLite's limit with one delivery.
+//! 8 MiB is far below those limits, and large enough that a statement's
+//! own cost is small beside its rows'. Both stores bind the rows' values
+//! as parameters, so a byte of a body is a byte of the message. A delivery
+//! larger than that is a run of its own, bounded by the intake's
+//! `max_body_bytes` (200 KB by default) and, as one value, by the
+//! database's own limit on a value (1 GB in both).
 
 use crate::records::webhook::Delivery;
 use crate::store::webhooks::DISPATCH_STATEMENT_BYTES;
 
 /// What a delivery counts for besides its texts: its three uuids and its
-/// instant, as text in SQLite's JSON, and the statement's framing of a row.
+/// instant, and the statement's framing of a row.
 const ROW_BYTES: usize = 160;
 
 /// The bytes `delivery` adds to a statement, by the measure of
