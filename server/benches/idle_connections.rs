@@ -25,7 +25,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -245,7 +245,7 @@ async fn get(stream: &mut TcpStream, path: &str) -> String {
 
 /// The release server, started on a free loopback port; killed on drop.
 struct Server {
-    child: Child,
+    child: release_server::Started,
     address: SocketAddr,
 }
 
@@ -287,15 +287,9 @@ impl Server {
         }
     }
 
-    fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
+    /// Kills the server and waits for it to end.
+    fn stop(self) {
+        drop(self);
     }
 }
 

@@ -39,6 +39,30 @@ pub fn build() -> PathBuf {
     target.join("release").join("conversion-gateway")
 }
 
+/// A server process a bench started, killed and waited for when dropped:
+/// a bench that panics half-way (a server that does not start, a
+/// registration refused) leaves no server running behind it.
+pub struct Started(Child);
+
+impl Started {
+    /// Takes charge of `child`.
+    pub fn new(child: Child) -> Self {
+        Self(child)
+    }
+
+    /// The process id, for `/proc`.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `binary` with `args` on a free loopback port, logging warnings to
 /// `stderr`, its demo credentials written to `dir/NAME.demo.json`; returns
 /// once that file exists (up to 30 s): the process, its address and the
@@ -49,7 +73,7 @@ pub fn launch(
     name: &str,
     args: impl IntoIterator<Item = impl AsRef<OsStr>>,
     stderr: Stdio,
-) -> (Child, SocketAddr, PathBuf) {
+) -> (Started, SocketAddr, PathBuf) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("a free port")
@@ -64,6 +88,7 @@ pub fn launch(
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
+        .map(Started::new)
         .expect("start the service");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !demo.is_file() {

@@ -57,7 +57,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
@@ -186,7 +186,7 @@ struct Target {
     name: &'static str,
     address: SocketAddr,
     query: String,
-    process: Child,
+    process: release_server::Started,
     refresher: Option<Refresher>,
 }
 
@@ -431,10 +431,8 @@ async fn run(options: Options) {
         );
     }
 
-    for target in &mut targets {
-        let _ = target.process.kill();
-        let _ = target.process.wait();
-    }
+    // The servers end before their schema and stream go.
+    drop(targets);
     if let Some((drop_schema, _)) = postgres {
         drop_schema();
     }
@@ -622,15 +620,17 @@ fn serve_bare() {
 }
 
 /// Starts this program again as the bare server: the process and its address.
-fn start_bare() -> (Child, SocketAddr) {
+fn start_bare() -> (release_server::Started, SocketAddr) {
     use std::io::BufRead as _;
     let mut child = Command::new(std::env::current_exe().expect("this program"))
         .arg("--serve-bare")
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the bare server");
+    let stdout = child.stdout.take().expect("its stdout");
+    let child = release_server::Started::new(child);
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().expect("its stdout"))
+    std::io::BufReader::new(stdout)
         .read_line(&mut line)
         .expect("its address");
     let address = line.trim().parse().expect("an address");
@@ -809,7 +809,7 @@ fn start_server(
     name: &str,
     store: &str,
     extra: &[String],
-) -> (Child, SocketAddr, Value) {
+) -> (release_server::Started, SocketAddr, Value) {
     let key_file = dir.join(format!("{name}.key"));
     let mut args = vec!["--store", store];
     // The flood repeats one contact's event: the default limit of 120
