@@ -300,6 +300,9 @@ pub use webhooks::transport::{
 // Tasks a host spawns on tokio: the only code here that waits on a timer.
 #[cfg(feature = "tasks")]
 mod tasks;
+// What the crate logs, read back by its unit tests.
+#[cfg(test)]
+mod captured_logs;
 #[cfg(feature = "tasks")]
 pub use tasks::{BackgroundTasks, PURGE_EVERY, WebhookWorker, deliver_webhooks, purge_every};
 

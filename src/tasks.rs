@@ -16,6 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::error_chain::ErrorChain;
 use crate::gateway::Gateway;
+use crate::gateway::operations::PurgeReport;
 use crate::records::webhook::WebhookId;
 use crate::webhooks::delivery::DISPATCH_PAGE;
 
@@ -112,28 +113,34 @@ impl BackgroundTasks {
 /// One purge, logged.
 async fn purge_once(gateway: &Gateway) {
     match gateway.purge_expired().await {
-        Ok(report) => {
-            if report.queue_heads_repaired > 0 {
-                // Worth an operator's eye: an earlier release is (or was)
-                // writing deliveries to this store.
-                tracing::warn!(
-                    queues = report.queue_heads_repaired,
-                    "webhook delivery queues left unleasable by an earlier release were repaired"
-                );
-            }
-            if report.tokens + report.idempotency_claims + report.webhook_deliveries > 0 {
-                tracing::info!(
-                    tokens = report.tokens,
-                    idempotency_claims = report.idempotency_claims,
-                    webhook_deliveries = report.webhook_deliveries,
-                    "purged expired records"
-                );
-            }
-        }
+        Ok(report) => log_purge(&report),
         Err(error) => tracing::warn!(
             error = %ErrorChain(&error),
             "purging expired records failed; trying again at the next interval"
         ),
+    }
+}
+
+/// Logs what a purge did: a line (level info) with what it deleted, if it
+/// deleted anything, and a warning naming the webhook delivery queues it
+/// repaired, if any, which only an earlier release's instance leaves. A
+/// purge that did neither, the usual one, logs nothing.
+fn log_purge(report: &PurgeReport) {
+    if report.queue_heads_repaired > 0 {
+        // Worth an operator's eye: an earlier release is (or was) writing
+        // deliveries to this store.
+        tracing::warn!(
+            queues = report.queue_heads_repaired,
+            "webhook delivery queues left unleasable by an earlier release were repaired"
+        );
+    }
+    if report.tokens > 0 || report.idempotency_claims > 0 || report.webhook_deliveries > 0 {
+        tracing::info!(
+            tokens = report.tokens,
+            idempotency_claims = report.idempotency_claims,
+            webhook_deliveries = report.webhook_deliveries,
+            "purged expired records"
+        );
     }
 }
 
@@ -339,6 +346,7 @@ mod tests {
 
     use super::*;
     use crate::account::Account;
+    use crate::captured_logs::CapturedLogs;
     use crate::clock::ManualClock;
     use crate::config::GatewayConfig;
     use crate::gateway::Stores;
@@ -346,6 +354,61 @@ mod tests {
     use crate::random::OsRandom;
     use crate::secret::SecretHasher;
     use crate::store::CodeLookup;
+
+    /// What [`log_purge`] logs for `report`.
+    fn purge_logs(report: PurgeReport) -> String {
+        let logs = CapturedLogs::default();
+        let _guard = tracing::subscriber::set_default(logs.subscriber());
+        log_purge(&report);
+        logs.text()
+    }
+
+    #[test]
+    fn a_purge_logs_what_it_deleted_and_warns_of_repaired_queues() {
+        assert_eq!(
+            purge_logs(PurgeReport::default()),
+            "",
+            "nothing done, nothing said"
+        );
+        let deleted = [
+            PurgeReport {
+                tokens: 3,
+                ..PurgeReport::default()
+            },
+            PurgeReport {
+                idempotency_claims: 1,
+                ..PurgeReport::default()
+            },
+            PurgeReport {
+                webhook_deliveries: 1,
+                ..PurgeReport::default()
+            },
+        ];
+        for report in deleted {
+            let text = purge_logs(report);
+            assert!(text.contains("INFO"), "{text}");
+            assert!(text.contains("purged expired records"), "{text}");
+            assert!(!text.contains("WARN"), "{text}");
+        }
+        let text = purge_logs(PurgeReport {
+            tokens: 3,
+            ..PurgeReport::default()
+        });
+        assert!(
+            text.contains("tokens=3 idempotency_claims=0 webhook_deliveries=0"),
+            "{text}"
+        );
+        let text = purge_logs(PurgeReport {
+            queue_heads_repaired: 2,
+            ..PurgeReport::default()
+        });
+        assert!(text.contains("WARN"), "{text}");
+        assert!(
+            text.contains("left unleasable by an earlier release were repaired queues=2"),
+            "{text}"
+        );
+        assert!(!text.contains("purged expired records"), "{text}");
+    }
 
     /// The runs of a task spawned with `first`, counted after each of `waits`.
     async fn runs_after(first: FirstRun, every: Duration, waits: &[Duration]) -> Vec<usize> {

@@ -229,45 +229,14 @@ impl RateLimiter for RedisRateLimiter {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use super::*;
+    use crate::captured_logs::CapturedLogs;
     use crate::intake::rate_limit::LimitKind;
-
-    /// Log lines written by a `tracing` subscriber, for the test to read.
-    #[derive(Clone, Default)]
-    struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for CapturedLogs {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLogs {
-        type Writer = CapturedLogs;
-
-        fn make_writer(&'a self) -> Self::Writer {
-            self.clone()
-        }
-    }
 
     #[tokio::test]
     async fn an_outage_is_logged_once_without_the_address() {
         let logs = CapturedLogs::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let _guard = tracing::subscriber::set_default(logs.subscriber());
         // Nothing listens on port 1.
         let limiter = RedisRateLimiter::new("redis://:secret@127.0.0.1:1").expect("a URL");
         let charge = Charge {
@@ -289,7 +258,7 @@ mod tests {
                 .await
                 .is_err()
         );
-        let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+        let text = logs.text();
         assert_eq!(
             text.matches("the Redis rate limiter failed").count(),
             1,
