@@ -682,17 +682,7 @@ async fn one_contacts_deliveries_keep_their_order_while_others_pass() {
     t.convert("a@example.com", "second").await;
     t.convert("b@example.com", "other").await;
     let round = t.gateway().run_webhooks_once().await.unwrap();
-    let sent: Vec<(String, String)> = t
-        .receiver
-        .bodies_to(URL)
-        .iter()
-        .map(|b| {
-            (
-                b["contact"]["email"].as_str().unwrap().to_owned(),
-                b["event_identifier"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let sent = contacts_and_identifiers(&t);
     assert_eq!(
         sent,
         [
@@ -806,17 +796,7 @@ async fn the_purge_repairs_queues_an_earlier_release_left_and_they_are_delivered
     for _ in 0..2 {
         t.gateway().run_webhooks_once().await.unwrap();
     }
-    let sent: Vec<(String, String)> = t
-        .receiver
-        .bodies_to(URL)
-        .iter()
-        .map(|b| {
-            (
-                b["contact"]["email"].as_str().unwrap().to_owned(),
-                b["event_identifier"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let sent = contacts_and_identifiers(&t);
     assert_eq!(
         sent,
         [
@@ -845,4 +825,19 @@ async fn a_gateway_without_a_transport_registers_nothing() {
             .await,
     );
     assert_eq!(answer.status, 401);
+}
+
+/// Each delivery `t`'s receiver got at [`URL`], in order: its contact's
+/// e-mail and its conversion identifier.
+fn contacts_and_identifiers(t: &Hooks) -> Vec<(String, String)> {
+    t.receiver
+        .bodies_to(URL)
+        .iter()
+        .map(|b| {
+            (
+                b["contact"]["email"].as_str().unwrap().to_owned(),
+                b["event_identifier"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
 }
