@@ -84,9 +84,7 @@ pub(crate) async fn check_queue_heads_repaired(
     store: &dyn WebhookStore,
     unmark: impl Future<Output = ()>,
 ) {
-    let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
-    let written = store.insert_webhook(&hook).await.expect("insert_webhook");
-    assert_eq!(written, WebhookWrite::Stored);
+    let hook = registered(store).await;
     let page: Vec<Delivery> = QUEUES_AS_RELEASED
         .iter()
         .map(|(contact, _)| delivery(&hook, contact))
@@ -133,6 +131,14 @@ pub(crate) async fn check_queue_heads_repaired(
     assert_eq!(repair().await, 3, "one head for each of the three queues");
     assert_eq!(repair().await, 0, "nothing left to repair");
     check_queues_after_upgrade(store, hook.id, &ids).await;
+}
+
+/// An active webhook of a new account, stored in `store`.
+async fn registered(store: &dyn WebhookStore) -> Webhook {
+    let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
+    let written = store.insert_webhook(&hook).await.expect("insert_webhook");
+    assert_eq!(written, WebhookWrite::Stored);
+    hook
 }
 
 fn webhook(account: AccountId, status: WebhookStatus) -> Webhook {
@@ -614,11 +620,7 @@ mod postgres {
 
     /// A webhook stored in `store`, and a page of 50 deliveries for it.
     async fn webhook_and_page(store: &dyn WebhookStore) -> (Webhook, Vec<Delivery>) {
-        let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
-        assert_eq!(
-            store.insert_webhook(&hook).await.expect("insert"),
-            WebhookWrite::Stored
-        );
+        let hook = registered(store).await;
         let page = (0..50)
             .map(|n| delivery(&hook, &format!("lead{n}@example.com")))
             .collect();
@@ -651,11 +653,7 @@ mod postgres {
         // pending, does not mark it either; then both commit.
         in_schema(|schema| async move {
             let store: Arc<dyn WebhookStore> = schema.store().await;
-            let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
-            assert_eq!(
-                store.insert_webhook(&hook).await.expect("insert"),
-                WebhookWrite::Stored
-            );
+            let hook = registered(&*store).await;
             let (first, next) = (
                 delivery(&hook, "q@example.com"),
                 delivery(&hook, "q@example.com"),
@@ -760,11 +758,7 @@ mod postgres {
     async fn the_repair_passes_a_locked_delivery_by_and_marks_it_later() {
         in_schema(|schema| async move {
             let store: Arc<dyn WebhookStore> = schema.store().await;
-            let hook = webhook(AccountId(random_uuid(&OsRandom)), WebhookStatus::Active);
-            assert_eq!(
-                store.insert_webhook(&hook).await.expect("insert"),
-                WebhookWrite::Stored
-            );
+            let hook = registered(&*store).await;
             let (locked, free) = (delivery(&hook, "a"), delivery(&hook, "b"));
             let from = store.dispatch_cursor().await.expect("cursor");
             let page = [locked.clone(), free.clone()];
