@@ -48,7 +48,9 @@
 //! (`memory-webhook`, `sqlite-webhook`), pointed at the bare handler on
 //! loopback (`--webhooks-allow-private`): every event is then dispatched
 //! to it and delivered as the flood goes on, the deliveries of its one
-//! contact one after another.
+//! contact one after another. With `--baseline`, the baseline build takes
+//! the same two floods right after this build's (`memory-webhook-baseline`,
+//! `sqlite-webhook-baseline`).
 //!
 //! `postgres` runs when `DATABASE_URL` names a server, in a schema of its
 //! own that is dropped at the end; `jetstream` (the memory store, events
@@ -243,18 +245,31 @@ async fn run(options: Options) {
     }
     if options.webhook {
         let allow = vec!["--webhooks-allow-private".to_owned()];
-        stores.push((
-            "memory-webhook",
-            "memory".to_owned(),
-            allow.clone(),
-            binary.as_path(),
-        ));
-        stores.push((
-            "sqlite-webhook",
-            sqlite_at("load-webhook.db"),
-            allow,
-            binary.as_path(),
-        ));
+        let with_webhook = [
+            (
+                "memory-webhook",
+                "memory".to_owned(),
+                "memory-webhook-baseline",
+                "memory".to_owned(),
+            ),
+            (
+                "sqlite-webhook",
+                sqlite_at("load-webhook.db"),
+                "sqlite-webhook-baseline",
+                sqlite_at("load-webhook-baseline.db"),
+            ),
+        ];
+        for (name, store, baseline_name, baseline_store) in with_webhook {
+            stores.push((name, store, allow.clone(), binary.as_path()));
+            if let Some(baseline) = &options.baseline {
+                stores.push((
+                    baseline_name,
+                    baseline_store,
+                    allow.clone(),
+                    baseline.as_path(),
+                ));
+            }
+        }
     }
     if let Some((_, url)) = &postgres {
         stores.push(("postgres", url.clone(), Vec::new(), binary.as_path()));
@@ -279,7 +294,7 @@ async fn run(options: Options) {
     for (name, store, extra, binary) in stores {
         let (process, address, credentials) = start_server(binary, &dir, name, &store, &extra);
         let mut refresher = Refresher::connect(address, &credentials).await;
-        if name.ends_with("-webhook") {
+        if name.contains("-webhook") {
             refresher.register_webhook(bare_address).await;
         }
         targets.push(Target {
