@@ -392,3 +392,30 @@ async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
     }
     tx.commit().await.map_err(backend(ACTION))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `PRAGMA synchronous` of the connection `pool` hands out: 0 OFF,
+    /// 1 NORMAL, 2 FULL.
+    async fn synchronous(pool: &SqlitePool) -> i64 {
+        sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(pool)
+            .await
+            .expect("the connection's setting")
+    }
+
+    /// A file store syncs every commit it acknowledges (a power cut
+    /// keeps it); a temporary one, which nothing outlives, syncs none.
+    #[tokio::test]
+    async fn a_file_store_syncs_its_commits_and_a_temporary_one_does_not() {
+        let dir = conversion_gateway_testkit::TempDir::new("synchronous");
+        let store = SqliteStore::open(dir.path("gateway.db")).await.unwrap();
+        assert_eq!(synchronous(&store.writer).await, 2, "FULL");
+        store.close().await;
+
+        let temporary = SqliteStore::open_temporary().await.unwrap();
+        assert_eq!(synchronous(&temporary.writer).await, 0, "OFF");
+    }
+}
