@@ -156,12 +156,43 @@ impl Webhook {
 
 /// The identifier of a delivery: sent as `webhook-id` (`msg_` and its
 /// simple form), the same on every attempt, so receivers drop duplicates.
-/// The dispatcher draws version 7 uuids (RFC 9562 section 5.7), whose
-/// first 48 bits are the millisecond it recorded the delivery at.
+/// The dispatcher derives it from the webhook and the event
+/// ([`DeliveryId::of_event`]), so that a page dispatched again carries the
+/// ids it had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeliveryId(pub Uuid);
 
 impl DeliveryId {
+    /// The id of the delivery of the event `event_uuid`, received at
+    /// `received_at`, to `webhook`: the same whenever it is computed, and
+    /// another for every other webhook or event.
+    ///
+    /// A version 8 uuid (RFC 9562 section 5.8, "custom"): its first 48
+    /// bits are the millisecond the event was received at, as a version 7
+    /// uuid's are (section 5.7), so the deliveries of a page go in at the
+    /// end of a store's index of ids instead of one page of it each; the
+    /// other 74 free bits are SHA-256 of the two ids. A page is dispatched
+    /// again when the store forgets its dispatch while the receivers do not
+    /// (a database restored from a backup, a failover to a replica that
+    /// had not received the last commits): random bits would then send the
+    /// same event under a new `webhook-id`, which a receiver could not tell
+    /// from a new delivery. The id is no secret (a receiver sees it), so
+    /// the hash needs no key.
+    pub fn of_event(webhook: WebhookId, event_uuid: Uuid, received_at: OffsetDateTime) -> Self {
+        use sha2::{Digest as _, Sha256};
+        let millis = u64::try_from(received_at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+        let digest = Sha256::new()
+            .chain_update(b"webhook-delivery\0")
+            .chain_update(webhook.0.as_bytes())
+            .chain_update(event_uuid.as_bytes())
+            .finalize();
+        let mut bytes = [0u8; 16];
+        bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+        bytes[6..].copy_from_slice(&digest[..10]);
+        // Sets the version and variant bits over the digest's.
+        Self(Uuid::new_v8(bytes))
+    }
+
     /// The `webhook-id` header's value.
     pub fn header_value(&self) -> String {
         format!("msg_{}", self.0.simple())
@@ -274,4 +305,38 @@ pub enum WebhookChange {
     Failing(OffsetDateTime),
     /// It is switched off (`410 Gone`, or failing for five days).
     SwitchOff,
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    #[test]
+    fn a_deliverys_id_is_drawn_from_its_webhook_and_event_and_ordered_by_the_event() {
+        let webhook = WebhookId(Uuid::from_u128(1));
+        let event = Uuid::from_u128(2);
+        let at = datetime!(2026-12-06 10:00:00.123 UTC);
+        let id = DeliveryId::of_event(webhook, event, at);
+        assert_eq!(id, DeliveryId::of_event(webhook, event, at), "the same");
+        assert_eq!(id.0.get_version_num(), 8);
+        assert_eq!(id.0.get_variant(), uuid::Variant::RFC4122);
+        assert_eq!(
+            &id.0.as_bytes()[..6],
+            &1_796_551_200_123_u64.to_be_bytes()[2..],
+            "the event's millisecond first"
+        );
+        let others = [
+            DeliveryId::of_event(WebhookId(Uuid::from_u128(3)), event, at),
+            DeliveryId::of_event(webhook, Uuid::from_u128(3), at),
+        ];
+        for other in others {
+            assert_ne!(other, id);
+            assert_eq!(other.0.as_bytes()[..6], id.0.as_bytes()[..6]);
+        }
+        let later = DeliveryId::of_event(webhook, event, at + time::Duration::milliseconds(1));
+        assert!(id < later, "{id:?} then {later:?}");
+        assert_eq!(later.0.as_bytes()[6..], id.0.as_bytes()[6..], "{later:?}");
+    }
 }

@@ -11,7 +11,6 @@ use std::time::Instant;
 
 use crate::account::AccountId;
 use crate::gateway::Gateway;
-use crate::random::time_ordered_uuid;
 use crate::records::webhook::{
     AttemptRecord, Delivery, DeliveryId, DeliveryNext, LeasedDelivery, Webhook, WebhookChange,
     WebhookEventType, WebhookId, WebhookStatus,
@@ -113,13 +112,8 @@ impl Gateway {
             for webhook in matching {
                 let body = body.get_or_insert_with(|| delivery_body(event, &self.hasher));
                 deliveries.push(Delivery {
-                    // Time-ordered, like event uuids: the deliveries of a
-                    // page then go in at the end of the stores' index of
-                    // ids, a page or two of it, instead of one page a
-                    // delivery scattered over the whole index. The
-                    // millisecond it shows is when the delivery was
-                    // recorded, at or before its first `webhook-timestamp`.
-                    id: DeliveryId(time_ordered_uuid(now, &*self.random)),
+                    // The same if this page is dispatched again.
+                    id: DeliveryId::of_event(webhook.id, event.event_uuid, event.received_at),
                     webhook_id: webhook.id,
                     event_uuid: event.event_uuid,
                     contact_key: event.email.to_ascii_lowercase(),

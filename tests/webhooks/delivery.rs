@@ -41,12 +41,19 @@ async fn every_conversion_is_delivered_signed_in_the_real_services_shape() {
     let id = header(request, "webhook-id");
     let id = id.strip_prefix("msg_").expect("msg_ and the delivery's id");
     let id = uuid::Uuid::parse_str(id).expect("the delivery's uuid, simple form");
-    assert_eq!(id.get_version_num(), 7, "time-ordered: {id}");
-    let (seconds, nanos) = id.get_timestamp().expect("a version 7 time").to_unix();
+    let start = FeedCursor::start();
+    let page = t.f.stores.feed.read_after(&start, 10).await.unwrap();
+    let event = &page.events[0];
+    let webhook = WebhookId(created["uuid"].as_str().unwrap().parse().unwrap());
     assert_eq!(
-        (seconds, nanos),
-        (1_767_225_610, 0),
-        "the millisecond the dispatcher recorded it"
+        DeliveryId(id),
+        DeliveryId::of_event(webhook, event.event_uuid, event.received_at),
+        "drawn from the webhook and the event"
+    );
+    assert_eq!(
+        id.as_bytes()[..6],
+        1_767_225_610_000_u64.to_be_bytes()[2..],
+        "the millisecond the event was received, first"
     );
     assert_eq!(header(request, "webhook-timestamp"), "1767225610");
     assert_eq!(request.timeout, Duration::from_secs(5));
@@ -740,6 +747,66 @@ async fn the_purge_deletes_ended_deliveries_past_the_retention() {
     let report = t.gateway().purge_expired().await.unwrap();
     assert_eq!(report.webhook_deliveries, 1);
     assert_eq!(t.f.stores.webhooks.delivery_state(id).await.unwrap(), None);
+}
+
+/// A store that forgets a page's dispatch, its leases and attempts (a
+/// backup restored, a failover to a replica that missed the last commits)
+/// while the receiver remembers: the page is dispatched and sent again
+/// under the same `webhook-id`s, so the receiver knows the deliveries it
+/// already took.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_dispatched_again_by_a_store_that_forgot_it_keeps_its_delivery_ids() {
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+    let dir = conversion_gateway_testkit::TempDir::new("forgot-dispatch");
+    let file = dir.path("gateway.db");
+    let store = Arc::new(
+        conversion_gateway::SqliteStore::open(&file)
+            .await
+            .expect("a SQLite store"),
+    );
+    let t = Hooks::on(Stores::sharing(store.clone()), RetrySchedule::default()).await;
+    t.register(URL).await;
+    t.receiver.clear();
+    t.convert("a@example.com", "first").await;
+    t.convert("b@example.com", "first").await;
+    let before = store.dispatch_cursor().await.unwrap();
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.attempts.len(), 2);
+    let ids = |t: &Hooks| -> Vec<String> {
+        let sent = t.receiver.sent();
+        sent.iter().map(|r| header(r, "webhook-id")).collect()
+    };
+    let first = ids(&t);
+
+    // The copy restored was taken before the dispatch.
+    let lost = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&file))
+        .await
+        .expect("the database file");
+    for statement in [
+        "DELETE FROM webhook_attempts",
+        "DELETE FROM webhook_deliveries",
+    ] {
+        sqlx::query(statement)
+            .execute(&lost)
+            .await
+            .expect(statement);
+    }
+    sqlx::query("UPDATE webhook_dispatch SET feed_cursor = ?")
+        .bind(before.as_str())
+        .execute(&lost)
+        .await
+        .expect("the cursor as it was");
+    lost.close().await;
+    t.receiver.clear();
+    t.f.clock.advance(time::Duration::minutes(1));
+
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.events_dispatched, 2, "dispatched again");
+    let again = ids(&t);
+    assert_eq!(again, first);
+    assert_ne!(again[0], again[1], "one id a delivery");
+    store.close().await;
 }
 
 /// On the default store, queues an earlier release left without their
