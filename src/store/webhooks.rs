@@ -123,7 +123,12 @@ pub trait WebhookStore: Send + Sync {
     /// `false`. Deliveries are numbered in the order given, after every
     /// delivery recorded before, and that number orders the deliveries of
     /// one contact to one webhook. A delivery to a webhook deleted since
-    /// the caller listed it is left out (else it would wait for ever).
+    /// the caller listed it is left out (else it would wait for ever), and
+    /// so is a delivery whose id is recorded already, or earlier in
+    /// `deliveries`: it is that delivery (the dispatcher draws an id from
+    /// the webhook and the event, [`DeliveryId::of_event`]), met again
+    /// where the feed is read again from an earlier cursor (one an operator
+    /// set back, a feed replayed), which must not stop the dispatcher.
     /// `deliveries` may be of any number and size: a store that bounds
     /// what one statement carries records them in several, in one
     /// transaction (the SQL stores, at 8 MiB of text a statement).

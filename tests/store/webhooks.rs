@@ -170,6 +170,59 @@ fn delivery(webhook: &Webhook, contact: &str) -> Delivery {
     }
 }
 
+/// The contact whose delivery the trigger of [`check_failed_dispatch`]'s
+/// callers refuses.
+const REFUSED: &str = "refused";
+
+/// A dispatch whose second delivery the database refuses (a trigger
+/// `refuse` installed, on a delivery to [`REFUSED`]) fails, and changes
+/// nothing: the cursor stays, the first delivery is not recorded. Once
+/// `allow` has dropped the trigger, the same page goes in.
+pub(crate) async fn check_failed_dispatch(
+    store: &dyn WebhookStore,
+    refuse: impl Future<Output = ()>,
+    allow: impl Future<Output = ()>,
+) {
+    let hook = registered(store).await;
+    let page = [delivery(&hook, "a"), delivery(&hook, REFUSED)];
+    let from = store.dispatch_cursor().await.expect("cursor");
+    refuse.await;
+    let failed = store.dispatch(&from, &FeedCursor::new("past"), &page).await;
+    assert!(
+        failed.is_err(),
+        "a refused delivery fails the dispatch: {failed:?}"
+    );
+    assert_eq!(
+        store.dispatch_cursor().await.expect("cursor"),
+        from,
+        "a failed dispatch leaves the cursor"
+    );
+    assert_eq!(
+        store
+            .delivery_state(page[0].id)
+            .await
+            .expect("delivery_state"),
+        None,
+        "a failed dispatch records none of its deliveries"
+    );
+    allow.await;
+    assert!(
+        store
+            .dispatch(&from, &FeedCursor::new("past"), &page)
+            .await
+            .expect("dispatch")
+    );
+    for delivery in &page {
+        assert_eq!(
+            store
+                .delivery_state(delivery.id)
+                .await
+                .expect("delivery_state"),
+            Some((DeliveryState::Pending, 0))
+        );
+    }
+}
+
 /// What [`write_before_restart`] wrote, to find after the restart.
 pub(crate) struct Written {
     webhooks: Vec<Webhook>,
@@ -398,6 +451,36 @@ mod sqlite {
         check_after_restart(&*reopened, &written).await;
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_dispatch_the_database_refuses_changes_nothing() {
+        use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+        let dir = TempDir::new();
+        let store = file_store(&dir).await;
+        let other = SqlitePool::connect_with(SqliteConnectOptions::new().filename(dir.file()))
+            .await
+            .expect("the database file");
+        let trigger = format!(
+            "CREATE TRIGGER refuse BEFORE INSERT ON webhook_deliveries
+             WHEN NEW.contact_key = '{REFUSED}'
+             BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        );
+        let refuse = async {
+            sqlx::query(&trigger)
+                .execute(&other)
+                .await
+                .expect("the trigger");
+        };
+        let allow = async {
+            sqlx::query("DROP TRIGGER refuse")
+                .execute(&other)
+                .await
+                .expect("dropped");
+        };
+        check_failed_dispatch(&*store, refuse, allow).await;
+        other.close().await;
+        store.close().await;
+    }
+
     /// The migrations a release shipped before the queue heads (migration
     /// 9), in order.
     const SHIPPED_BEFORE_HEADS: [&str; 8] = [
@@ -549,6 +632,37 @@ mod postgres {
             // A new pool on the same database: a restarted server instance.
             let restarted = schema.store().await;
             check_after_restart(&*restarted, &written).await;
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_dispatch_the_database_refuses_changes_nothing() {
+        in_schema(|schema| async move {
+            let store = schema.store().await;
+            let other = schema.pool().await;
+            let refuse = async {
+                sqlx::raw_sql(&format!(
+                    "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                     BEGIN
+                         IF NEW.contact_key = '{REFUSED}' THEN RAISE EXCEPTION 'refused'; END IF;
+                         RETURN NEW;
+                     END $$;
+                     CREATE TRIGGER refuse BEFORE INSERT ON webhook_deliveries
+                         FOR EACH ROW EXECUTE FUNCTION refuse()"
+                ))
+                .execute(&other)
+                .await
+                .expect("the trigger");
+            };
+            let allow = async {
+                sqlx::query("DROP TRIGGER refuse ON webhook_deliveries")
+                    .execute(&other)
+                    .await
+                    .expect("dropped");
+            };
+            check_failed_dispatch(&*store, refuse, allow).await;
+            other.close().await;
         })
         .await;
     }

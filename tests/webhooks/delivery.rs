@@ -779,10 +779,25 @@ async fn a_page_dispatched_again_by_a_store_that_forgot_it_keeps_its_delivery_id
     };
     let first = ids(&t);
 
-    // The copy restored was taken before the dispatch.
+    // The cursor set back alone (an operator's mistake): the page is
+    // dispatched again, its deliveries are the ones recorded, delivered
+    // already, and nothing is sent or refused.
     let lost = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&file))
         .await
         .expect("the database file");
+    let set_back = sqlx::query("UPDATE webhook_dispatch SET feed_cursor = ?");
+    set_back
+        .bind(before.as_str())
+        .execute(&lost)
+        .await
+        .expect("the cursor set back");
+    t.receiver.clear();
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.events_dispatched, 2, "passed again");
+    assert!(round.attempts.is_empty(), "{:?}", round.attempts);
+    assert_eq!(t.f.stores.webhooks.pending_deliveries().await.unwrap(), 0);
+
+    // The copy restored was taken before the dispatch.
     for statement in [
         "DELETE FROM webhook_attempts",
         "DELETE FROM webhook_deliveries",

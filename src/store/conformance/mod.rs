@@ -128,6 +128,7 @@ pub async fn check_webhook_store(store: Arc<dyn WebhookStore>) {
     webhook_deliveries::check_queue_across_pages(&*store).await;
     webhook_deliveries::check_full_page_order(&*store).await;
     webhook_deliveries::check_page_past_one_statement(&*store).await;
+    webhook_deliveries::check_page_dispatched_again(&*store).await;
     webhook_deliveries::check_lease_eligibility(&*store).await;
     webhook_deliveries::check_attempts(&*store).await;
     webhook_deliveries::check_failing_and_switch_off(&*store).await;

@@ -732,6 +732,44 @@ pub(super) async fn check_full_page_order(store: &dyn WebhookStore) {
     remove(store, &[&first, &second]).await;
 }
 
+/// A page dispatched again, as where the dispatcher's cursor was set back
+/// over pages it had passed: the deliveries already recorded (one
+/// delivered since, one pending) are left out, not recorded twice and
+/// not refused, and so is a delivery given twice in one page; the new
+/// one is recorded behind them and the cursor moves.
+pub(super) async fn check_page_dispatched_again(store: &dyn WebhookStore) {
+    let webhook = new_webhook(new_account(), &new_url());
+    insert(store, &webhook).await;
+    let a1 = new_delivery(&webhook, "a@example.com");
+    let b1 = new_delivery(&webhook, "b@example.com");
+    dispatch(store, &[a1.clone(), b1.clone()]).await;
+    assert_eq!(ids(&lease(store, at(0), &[&webhook]).await), [a1.id, b1.id]);
+    finish(
+        store,
+        &a1,
+        at(1),
+        DeliveryNext::Delivered,
+        WebhookChange::Succeeded,
+    )
+    .await;
+
+    let a2 = new_delivery(&webhook, "a@example.com");
+    let mut a1_again = a1.clone();
+    a1_again.created_at = at(2);
+    dispatch(store, &[a1_again, b1.clone(), a2.clone(), a2.clone()]).await;
+    assert_eq!(
+        state_of(store, &a1).await,
+        Some((DeliveryState::Delivered, 1)),
+        "a delivery recorded already is left as it is"
+    );
+    assert_eq!(
+        ids(&lease(store, at(2) + LEASE, &[&webhook]).await),
+        [b1.id, a2.id],
+        "each delivery once: the pending one where it was, the new one behind it"
+    );
+    remove(store, &[&webhook]).await;
+}
+
 /// A page larger than a SQL store's statement carries (two and a half
 /// times [`DISPATCH_STATEMENT_BYTES`], in bodies of 256 KiB, past the
 /// intake's largest) is recorded whole, each delivery as dispatched, and

@@ -406,7 +406,8 @@ pub(super) async fn check_status_and_deletion(store: &dyn WebhookStore) {
 
 /// A dispatch records its deliveries and moves the cursor; one from a
 /// cursor that moved on records nothing and answers false; a page without
-/// deliveries moves the cursor too; a dispatch that fails changes nothing.
+/// deliveries moves the cursor too. (A dispatch that fails changes
+/// nothing: each SQL store's own tests make one fail.)
 pub(super) async fn check_dispatch(store: &dyn WebhookStore) {
     let webhook = new_webhook(new_account(), &new_url());
     insert(store, &webhook).await;
@@ -460,25 +461,6 @@ pub(super) async fn check_dispatch(store: &dyn WebhookStore) {
         store.dispatch_cursor().await.expect("cursor"),
         empty,
         "a page without deliveries moves the cursor"
-    );
-
-    let fresh = new_delivery(&webhook, "d@example.com");
-    let failed = store
-        .dispatch(&empty, &new_cursor(), &[fresh.clone(), page[0].clone()])
-        .await;
-    assert!(
-        failed.is_err(),
-        "a delivery recorded before cannot be recorded again: {failed:?}"
-    );
-    assert_eq!(
-        store.dispatch_cursor().await.expect("cursor"),
-        empty,
-        "a failed dispatch leaves the cursor"
-    );
-    assert_eq!(
-        state_of(store, &fresh).await,
-        None,
-        "a failed dispatch records none of its deliveries"
     );
 
     // A webhook deleted after the dispatcher listed it gets nothing: its

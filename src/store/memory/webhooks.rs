@@ -217,16 +217,10 @@ impl WebhookStore for MemoryWebhookStore {
         if state.cursor != *from {
             return Ok(false);
         }
-        if deliveries
-            .iter()
-            .any(|delivery| state.by_id.contains_key(&delivery.id))
-        {
-            return Err(StoreError::Duplicate {
-                what: "webhook delivery",
-            });
-        }
         for delivery in deliveries {
-            if !state.webhooks.contains_key(&delivery.webhook_id) {
+            if !state.webhooks.contains_key(&delivery.webhook_id)
+                || state.by_id.contains_key(&delivery.id)
+            {
                 continue;
             }
             let number = state.next_number;

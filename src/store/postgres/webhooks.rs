@@ -559,7 +559,8 @@ async fn delete_deliveries_of(
 /// across the rows of one statement is not promised; a delivery's number
 /// is then the one at its place in the page.
 /// Drawn under the dispatch cursor's row lock, they are larger than any
-/// number of a dispatch committed before. A delivery whose webhook is gone
+/// number of a dispatch committed before. A delivery whose webhook is gone,
+/// or whose id is recorded already ([`WebhookStore::dispatch`] says why),
 /// is left out; its number is a gap, as a rolled-back one would be.
 async fn insert_deliveries(
     tx: &mut sqlx::PgConnection,
@@ -602,7 +603,8 @@ async fn insert_deliveries(
                       UNNEST($3::uuid[]) AS event_uuid, UNNEST($4::text[]) AS contact_key,
                       UNNEST($5::text[]) AS body, UNNEST($6::timestamptz[]) AS created_at)
               AS page
-         JOIN webhooks ON webhooks.id = page.webhook_id",
+         JOIN webhooks ON webhooks.id = page.webhook_id
+         ON CONFLICT (id) DO NOTHING",
     )
     .bind(ids)
     .bind(webhook_ids)

@@ -482,7 +482,8 @@ const ROWS_PER_INSERT: usize = 128;
 /// unescaped again). The rows go in by their place in the page
 /// (`ORDER BY`), so the numbers (AUTOINCREMENT) follow the order given. A
 /// delivery goes in only while its webhook exists (writers take turns at
-/// the write gate, so a delete is wholly before or after this).
+/// the write gate, so a delete is wholly before or after this), and only
+/// if its id is not recorded yet ([`WebhookStore::dispatch`] says why).
 async fn insert_deliveries(
     tx: &mut sqlx::SqliteConnection,
     rows: &[Delivery],
@@ -497,7 +498,8 @@ async fn insert_deliveries(
                 page.column7, 'pending', page.column7
          FROM (VALUES {values}) AS page
          WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = page.column3)
-         ORDER BY page.column1"
+         ORDER BY page.column1
+         ON CONFLICT (id) DO NOTHING"
     );
     let mut statement = sqlx::query(&sql);
     for (place, delivery) in (0_i64..).zip(rows) {
