@@ -301,10 +301,42 @@ pub enum DeliveryNext {
 pub enum WebhookChange {
     /// It answered: `failing_since` is cleared.
     Succeeded,
-    /// It failed: `failing_since` is set to this time unless already set.
+    /// It failed at this time: `failing_since` is set to it unless already
+    /// set.
     Failing(OffsetDateTime),
-    /// It is switched off (`410 Gone`, or failing for five days).
+    /// It is switched off (`410 Gone`).
     SwitchOff,
+    /// It failed, and the lease said it had been failing since this
+    /// cutoff or before (five days before the attempt): switched off if
+    /// its `failing_since` as stored when the attempt is recorded still
+    /// says so, else as [`WebhookChange::Failing`] at the attempt's time
+    /// ([`WebhookChange::applied`]). The lease's reading may be stale: an
+    /// attempt leased beside it may have succeeded since, or the webhook
+    /// been switched on again.
+    SwitchOffIfFailingSince(OffsetDateTime),
+}
+
+impl WebhookChange {
+    /// The change a store makes for this one, asked by an attempt made at
+    /// `at`, given the webhook's `failing_since` as stored at that moment
+    /// (read in the same atomic step as the write):
+    /// [`WebhookChange::SwitchOffIfFailingSince`] becomes
+    /// [`WebhookChange::SwitchOff`] if `failing_since` is at or before its
+    /// cutoff, else [`WebhookChange::Failing`]`(at)`; the others are made
+    /// as they are. [`WebhookStore::finish_attempt`](crate::WebhookStore::finish_attempt)
+    /// returns it.
+    pub fn applied(self, failing_since: Option<OffsetDateTime>, at: OffsetDateTime) -> Self {
+        match self {
+            Self::SwitchOffIfFailingSince(cutoff) => {
+                if failing_since.is_some_and(|since| since <= cutoff) {
+                    Self::SwitchOff
+                } else {
+                    Self::Failing(at)
+                }
+            }
+            change => change,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -312,6 +344,37 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
+
+    #[test]
+    fn a_switch_off_for_failing_too_long_is_made_only_if_the_store_still_says_so() {
+        let cutoff = datetime!(2026-12-01 10:00 UTC);
+        let at = datetime!(2026-12-06 10:00 UTC);
+        let asked = WebhookChange::SwitchOffIfFailingSince(cutoff);
+        let second = time::Duration::seconds(1);
+        assert_eq!(asked.applied(Some(cutoff), at), WebhookChange::SwitchOff);
+        assert_eq!(
+            asked.applied(Some(cutoff - second), at),
+            WebhookChange::SwitchOff
+        );
+        assert_eq!(
+            asked.applied(Some(cutoff + second), at),
+            WebhookChange::Failing(at),
+            "failing again since, after a success"
+        );
+        assert_eq!(
+            asked.applied(None, at),
+            WebhookChange::Failing(at),
+            "a success since cleared it"
+        );
+        for change in [
+            WebhookChange::Succeeded,
+            WebhookChange::Failing(cutoff),
+            WebhookChange::SwitchOff,
+        ] {
+            assert_eq!(change.applied(None, at), change);
+            assert_eq!(change.applied(Some(cutoff), at), change);
+        }
+    }
 
     #[test]
     fn a_deliverys_id_is_drawn_from_its_webhook_and_event_and_ordered_by_the_event() {

@@ -163,8 +163,12 @@ pub trait WebhookStore: Send + Sync {
 
     /// Records an attempt and what follows it, *atomically*: the attempt
     /// is kept, the delivery's attempt count grows by one, it becomes
-    /// `next` (its lease ends), and its webhook takes `change`. Keeps at
-    /// most the last 20 attempts of each webhook.
+    /// `next` (its lease ends), and its webhook takes `change` as
+    /// [`WebhookChange::applied`] makes it against the webhook's
+    /// `failing_since` read in the same atomic step. Keeps at most the
+    /// last 20 attempts of each webhook. Returns the change made (`change`
+    /// applied; as applied to no `failing_since` if the delivery was
+    /// deleted with its webhook meanwhile, when nothing is recorded).
     ///
     /// # Errors
     /// `Backend` on failure (then nothing changed; the lease runs out and
@@ -174,7 +178,7 @@ pub trait WebhookStore: Send + Sync {
         attempt: &AttemptRecord,
         next: DeliveryNext,
         change: WebhookChange,
-    ) -> Result<(), StoreError>;
+    ) -> Result<WebhookChange, StoreError>;
 
     /// The last `limit` attempts to a webhook, newest first.
     ///

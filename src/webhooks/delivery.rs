@@ -202,7 +202,10 @@ impl Gateway {
             error: outcome.error(),
             duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         };
-        self.stores
+        // What the store made of `change`: a switch-off for failing too
+        // long only if the webhook still is.
+        let change = self
+            .stores
             .webhooks
             .finish_attempt(&attempt, next, change)
             .await?;

@@ -155,7 +155,8 @@ pub enum RetryScheduleError {
 /// - any other failure (another status, a redirect, a timeout, a refused
 ///   destination, a broken connection): the webhook is failing since its
 ///   first failure in a row, and switched off once that is
-///   [`SWITCH_OFF_AFTER`] ago; the delivery is attempted again after the
+///   [`SWITCH_OFF_AFTER`] ago (if the store still says so when it records
+///   the attempt); the delivery is attempted again after the
 ///   schedule's next wait (give or take [`JITTER`]) or the receiver's
 ///   `Retry-After` if that is longer, and fails after the last.
 pub(crate) fn after_attempt(
@@ -172,11 +173,14 @@ pub(crate) fn after_attempt(
     if outcome.status() == Some(410) {
         return (DeliveryNext::Failed, WebhookChange::SwitchOff);
     }
-    let since = failing_since.unwrap_or(now);
-    let change = if now - since >= SWITCH_OFF_AFTER {
-        WebhookChange::SwitchOff
+    // Decided again by the store against what it holds when the attempt
+    // is recorded: `failing_since` is as the lease read it, which another
+    // attempt may have changed since (`WebhookChange::applied`).
+    let cutoff = now - SWITCH_OFF_AFTER;
+    let change = if failing_since.is_some_and(|since| since <= cutoff) {
+        WebhookChange::SwitchOffIfFailingSince(cutoff)
     } else {
-        WebhookChange::Failing(since)
+        WebhookChange::Failing(now)
     };
     let attempt = usize::try_from(attempts_before).unwrap_or(usize::MAX);
     let Some(wait) = schedule.waits().get(attempt.saturating_add(1)) else {
@@ -333,10 +337,18 @@ mod tests {
         let schedule = RetrySchedule::default();
         let since = NOW - SWITCH_OFF_AFTER + Duration::from_secs(1);
         let (_, change) = after_attempt(&failed(500), 0, NOW, Some(since), &schedule, 0.5);
-        assert_eq!(change, WebhookChange::Failing(since));
+        assert_eq!(
+            change,
+            WebhookChange::Failing(NOW),
+            "failing again at the attempt's time; the store keeps the first"
+        );
         let since = NOW - SWITCH_OFF_AFTER;
         let (next, change) = after_attempt(&failed(500), 0, NOW, Some(since), &schedule, 0.5);
-        assert_eq!(change, WebhookChange::SwitchOff);
+        assert_eq!(
+            change,
+            WebhookChange::SwitchOffIfFailingSince(since),
+            "switched off if the store still says it has failed since then"
+        );
         assert_eq!(next, DeliveryNext::RetryAt(NOW + Duration::from_secs(5)));
     }
 

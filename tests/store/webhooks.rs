@@ -814,7 +814,7 @@ mod postgres {
                 })
             };
             let step = "the attempt never reached the webhook's row";
-            let statement = "UPDATE webhooks";
+            let statement = "SELECT failing_since FROM webhooks";
             until_settled(&watcher, schema.name(), statement, || false, step).await;
             // The next delivery dispatched now: it either completes while
             // the attempt is held, or waits for the attempt to commit.

@@ -255,7 +255,7 @@ impl WebhookStore for CountingWebhooks {
         attempt: &AttemptRecord,
         next: DeliveryNext,
         change: WebhookChange,
-    ) -> Result<(), StoreError> {
+    ) -> Result<WebhookChange, StoreError> {
         self.inner.finish_attempt(attempt, next, change).await
     }
 
@@ -676,6 +676,39 @@ async fn a_webhook_failing_for_five_days_in_a_row_is_switched_off_and_its_delive
     let webhook = t.f.stores.webhooks.find_webhook(id).await.unwrap().unwrap();
     assert_eq!(webhook.failing_since, None);
     assert_eq!(webhook.status, WebhookStatus::Active);
+}
+
+/// Two deliveries leased together while the webhook had been failing for
+/// five days: the first succeeds, so the second's failure, decided on the
+/// lease's stale `failing_since`, neither switches the webhook off nor
+/// brings the old failures back. Its failures start again at it.
+#[tokio::test]
+async fn a_failure_leased_beside_a_success_does_not_switch_the_webhook_off() {
+    let t = Hooks::with_schedule("0s,30d".parse().unwrap()).await;
+    let created = t.register(URL).await;
+    let id = conversion_gateway::WebhookId(created["uuid"].as_str().unwrap().parse().unwrap());
+    t.receiver.answer(URL, [status(500)]);
+    t.convert("a@example.com", "signup").await;
+    let failed_at = t.f.clock.now();
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(round.attempts[0].change, WebhookChange::Failing(failed_at));
+
+    t.f.clock
+        .advance(time::Duration::days(5) + time::Duration::minutes(1));
+    t.convert("b@example.com", "signup").await;
+    t.convert("c@example.com", "signup").await;
+    t.receiver.answer(URL, [status(200), status(500)]);
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    let now = t.f.clock.now();
+    let changes: Vec<WebhookChange> = round.attempts.iter().map(|a| a.change).collect();
+    assert_eq!(
+        changes,
+        [WebhookChange::Succeeded, WebhookChange::Failing(now)],
+        "the failure after the success is the first of a new run"
+    );
+    let webhook = t.f.stores.webhooks.find_webhook(id).await.unwrap().unwrap();
+    assert_eq!(webhook.status, WebhookStatus::Active);
+    assert_eq!(webhook.failing_since, Some(now));
 }
 
 #[tokio::test]

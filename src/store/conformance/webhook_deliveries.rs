@@ -732,6 +732,69 @@ pub(super) async fn check_full_page_order(store: &dyn WebhookStore) {
     remove(store, &[&first, &second]).await;
 }
 
+/// A switch-off for failing too long is made against `failing_since` as
+/// stored when the attempt is recorded, not as the lease read it: after a
+/// success beside it, the failure is the first of a new run (and
+/// `failing_since` its time, not the old run's); a cutoff before the
+/// stored `failing_since` switches nothing off; one at or after it does.
+/// The change made is answered.
+pub(super) async fn check_switch_off_against_the_stored_failures(store: &dyn WebhookStore) {
+    let webhook = new_webhook(new_account(), &new_url());
+    insert(store, &webhook).await;
+    let (a, b) = (
+        new_delivery(&webhook, "a@example.com"),
+        new_delivery(&webhook, "b@example.com"),
+    );
+    dispatch(store, &[a.clone(), b.clone()]).await;
+    let finished = |delivery: &Delivery, seconds: i64, change: WebhookChange| {
+        let record = attempt(delivery, at(seconds), Some(500));
+        let next = DeliveryNext::RetryAt(at(seconds + 1000));
+        async move {
+            store
+                .finish_attempt(&record, next, change)
+                .await
+                .expect("finish_attempt")
+        }
+    };
+    assert_eq!(
+        finished(&a, 1, WebhookChange::Failing(at(1))).await,
+        WebhookChange::Failing(at(1))
+    );
+    let leased = lease(store, at(2), &[&webhook]).await;
+    assert_eq!(leased[0].failing_since, Some(at(1)));
+    assert_eq!(
+        finished(&b, 3, WebhookChange::Succeeded).await,
+        WebhookChange::Succeeded
+    );
+    // The lease said failing since 1: the cutoff of five days is past it.
+    assert_eq!(
+        finished(&b, 4, WebhookChange::SwitchOffIfFailingSince(at(1))).await,
+        WebhookChange::Failing(at(4)),
+        "a success since: the failure starts a new run"
+    );
+    let kept = found(store, webhook.id).await;
+    assert_eq!(
+        (kept.status, kept.failing_since),
+        (WebhookStatus::Active, Some(at(4)))
+    );
+    assert_eq!(
+        finished(&b, 5, WebhookChange::SwitchOffIfFailingSince(at(3))).await,
+        WebhookChange::Failing(at(5)),
+        "failing since after the cutoff: not switched off"
+    );
+    assert_eq!(found(store, webhook.id).await.failing_since, Some(at(4)));
+    assert_eq!(
+        finished(&b, 6, WebhookChange::SwitchOffIfFailingSince(at(4))).await,
+        WebhookChange::SwitchOff
+    );
+    let off = found(store, webhook.id).await;
+    assert_eq!(
+        (off.status, off.updated_at, off.failing_since),
+        (WebhookStatus::Inactive, at(6), Some(at(4)))
+    );
+    remove(store, &[&webhook]).await;
+}
+
 /// A page dispatched again, as where the dispatcher's cursor was set back
 /// over pages it had passed: the deliveries already recorded (one
 /// delivered since, one pending) are left out, not recorded twice and

@@ -303,11 +303,11 @@ impl WebhookStore for MemoryWebhookStore {
         attempt: &AttemptRecord,
         next: DeliveryNext,
         change: WebhookChange,
-    ) -> Result<(), StoreError> {
+    ) -> Result<WebhookChange, StoreError> {
         let mut state = lock(&self.state);
         let Some(number) = state.by_id.get(&attempt.delivery_id).copied() else {
             // Deleted with its webhook while the attempt ran.
-            return Ok(());
+            return Ok(change.applied(None, attempt.at));
         };
         if let Some(outboxed) = state.deliveries.get_mut(&number) {
             outboxed.attempts += 1;
@@ -332,10 +332,12 @@ impl WebhookStore for MemoryWebhookStore {
                 }
             }
         }
+        let mut applied = change.applied(None, attempt.at);
         if let Some(webhook) = state.webhooks.get_mut(&attempt.webhook_id) {
-            match change {
+            applied = change.applied(webhook.failing_since, attempt.at);
+            match applied {
                 WebhookChange::Succeeded => webhook.failing_since = None,
-                WebhookChange::Failing(since) => {
+                WebhookChange::Failing(since) | WebhookChange::SwitchOffIfFailingSince(since) => {
                     webhook.failing_since.get_or_insert(since);
                 }
                 WebhookChange::SwitchOff => {
@@ -347,7 +349,7 @@ impl WebhookStore for MemoryWebhookStore {
         let kept = state.attempts.entry(attempt.webhook_id).or_default();
         kept.push_front(attempt.clone());
         kept.truncate(KEPT_ATTEMPTS);
-        Ok(())
+        Ok(applied)
     }
 
     async fn recent_attempts(

@@ -332,7 +332,7 @@ impl WebhookStore for PgStore {
         attempt: &AttemptRecord,
         next: DeliveryNext,
         change: WebhookChange,
-    ) -> Result<(), StoreError> {
+    ) -> Result<WebhookChange, StoreError> {
         const ACTION: &str = "record a webhook attempt";
         let next = NextColumns::new(next, attempt.at);
         let mut tx = self.pool.begin().await.map_err(backend(ACTION))?;
@@ -352,7 +352,7 @@ impl WebhookStore for PgStore {
         if done.rows_affected() == 0 {
             // Deleted with its webhook while the attempt ran: nothing to
             // keep.
-            return Ok(());
+            return Ok(change.applied(None, attempt.at));
         }
         // The head of the delivery's queue (migration 0011): its contact's
         // earliest pending delivery to its webhook. That is the next one
@@ -384,10 +384,21 @@ impl WebhookStore for PgStore {
         .execute(&mut *tx)
         .await
         .map_err(backend(ACTION))?;
-        // Always an UPDATE, even one that changes nothing: its row lock
-        // queues the attempts of one webhook until this one commits, so the
-        // trim below sees every attempt before it.
-        let change = match ChangeColumns::new(change, attempt.at) {
+        // The webhook's row locked, even for a change that writes nothing,
+        // in the mode the UPDATE below takes (`NO KEY UPDATE`, so it
+        // conflicts with nothing the UPDATE alone did not): the lock queues the
+        // attempts of one webhook until this one commits, so that each
+        // reads the `failing_since` the one before left (the change is made
+        // against it) and the trim below sees every attempt before it.
+        let failing_since: Option<Option<OffsetDateTime>> = sqlx::query_scalar(
+            "SELECT failing_since FROM webhooks WHERE id = $1 FOR NO KEY UPDATE",
+        )
+        .bind(attempt.webhook_id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend(ACTION))?;
+        let (columns, applied) = ChangeColumns::new(change, failing_since.flatten(), attempt.at);
+        let change = match columns {
             ChangeColumns::ClearFailing => {
                 sqlx::query("UPDATE webhooks SET failing_since = NULL WHERE id = $1")
                     .bind(attempt.webhook_id.0)
@@ -429,7 +440,8 @@ impl WebhookStore for PgStore {
         .execute(&mut *tx)
         .await
         .map_err(backend(ACTION))?;
-        tx.commit().await.map_err(backend(ACTION))
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(applied)
     }
 
     async fn recent_attempts(

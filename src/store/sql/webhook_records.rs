@@ -209,13 +209,25 @@ pub(crate) enum ChangeColumns {
 }
 
 impl ChangeColumns {
-    /// The columns `change` writes after an attempt made at `at`.
-    pub(crate) fn new(change: WebhookChange, at: OffsetDateTime) -> Self {
-        match change {
+    /// The columns `change` writes after an attempt made at `at` on a
+    /// webhook whose `failing_since` is `failing_since` (read under the
+    /// lock the write holds), and the change they make
+    /// ([`WebhookChange::applied`]).
+    pub(crate) fn new(
+        change: WebhookChange,
+        failing_since: Option<OffsetDateTime>,
+        at: OffsetDateTime,
+    ) -> (Self, WebhookChange) {
+        let applied = change.applied(failing_since, at);
+        let columns = match applied {
             WebhookChange::Succeeded => Self::ClearFailing,
-            WebhookChange::Failing(since) => Self::Failing(since),
+            // `applied` never leaves the conditional switch-off.
+            WebhookChange::Failing(since) | WebhookChange::SwitchOffIfFailingSince(since) => {
+                Self::Failing(since)
+            }
             WebhookChange::SwitchOff => Self::SwitchOff(at),
-        }
+        };
+        (columns, applied)
     }
 }
 
@@ -241,8 +253,19 @@ mod tests {
         assert_eq!(retried.state, None);
         assert_eq!(retried.next_attempt_at, Some(later));
         assert!(matches!(
-            ChangeColumns::new(WebhookChange::SwitchOff, at),
-            ChangeColumns::SwitchOff(when) if when == at
+            ChangeColumns::new(WebhookChange::SwitchOff, None, at),
+            (ChangeColumns::SwitchOff(when), WebhookChange::SwitchOff) if when == at
+        ));
+        let earlier = at - time::Duration::days(6);
+        let asked = WebhookChange::SwitchOffIfFailingSince(at - time::Duration::days(5));
+        assert!(matches!(
+            ChangeColumns::new(asked, Some(earlier), at),
+            (ChangeColumns::SwitchOff(when), WebhookChange::SwitchOff) if when == at
+        ));
+        assert!(matches!(
+            ChangeColumns::new(asked, None, at),
+            (ChangeColumns::Failing(since), WebhookChange::Failing(applied))
+                if since == at && applied == at
         ));
     }
 }

@@ -30,7 +30,7 @@ use crate::store::sql::{self, backend, find_row, insert_row, malformed};
 use crate::store::webhooks::{WebhookStore, WebhookWrite};
 
 use super::SqliteStore;
-use super::columns::{Columns, json_text, micros, opt_micros, uuid_text};
+use super::columns::{Columns, from_micros, json_text, micros, opt_micros, uuid_text};
 
 #[async_trait]
 impl WebhookStore for SqliteStore {
@@ -298,7 +298,7 @@ impl WebhookStore for SqliteStore {
         attempt: &AttemptRecord,
         next: DeliveryNext,
         change: WebhookChange,
-    ) -> Result<(), StoreError> {
+    ) -> Result<WebhookChange, StoreError> {
         const ACTION: &str = "record a webhook attempt";
         let next = NextColumns::new(next, attempt.at);
         let (_turn, mut tx) = self.write_transaction(ACTION).await?;
@@ -318,7 +318,7 @@ impl WebhookStore for SqliteStore {
         if done.rows_affected() == 0 {
             // Deleted with its webhook while the attempt ran: nothing to
             // keep.
-            return Ok(());
+            return Ok(change.applied(None, attempt.at));
         }
         // The head of the delivery's queue (migration 0009): its contact's
         // earliest pending delivery to its webhook. That is the next one
@@ -336,7 +336,22 @@ impl WebhookStore for SqliteStore {
         .await
         .map_err(backend(ACTION))?;
         let webhook = uuid_text(attempt.webhook_id.0);
-        let change = match ChangeColumns::new(change, attempt.at) {
+        // Read under the write lock the transaction holds: the change is
+        // made against what the attempts before this one left.
+        let failing_since: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT failing_since FROM webhooks WHERE id = ?")
+                .bind(webhook.clone())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend(ACTION))?;
+        let failing_since = match failing_since.flatten() {
+            Some(micros) => {
+                Some(from_micros(micros).ok_or_else(|| malformed(ACTION, "failing_since"))?)
+            }
+            None => None,
+        };
+        let (columns, applied) = ChangeColumns::new(change, failing_since, attempt.at);
+        let change = match columns {
             ChangeColumns::ClearFailing => {
                 sqlx::query("UPDATE webhooks SET failing_since = NULL WHERE id = ?")
             }
@@ -379,7 +394,8 @@ impl WebhookStore for SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(backend(ACTION))?;
-        tx.commit().await.map_err(backend(ACTION))
+        tx.commit().await.map_err(backend(ACTION))?;
+        Ok(applied)
     }
 
     async fn recent_attempts(
