@@ -8,15 +8,26 @@ impl<'a> RequestParts<'a> {
     /// The parts the core reads, borrowed from an `http` request head and
     /// its collected body.
     ///
-    /// A header whose value is not visible ASCII counts as absent, so the
-    /// core answers exactly as if it had not been sent.
+    /// A `Content-Type` or `Authorization` whose value is not visible
+    /// ASCII counts as absent, so the core answers exactly as if it had not
+    /// been sent (no credential, no media type). An `Idempotency-Key` that
+    /// is not visible ASCII, or is sent twice, is
+    /// [`RequestParts::UNREADABLE`] instead: the client asked for
+    /// idempotency, and taking the request as one without a key would
+    /// record each of its retries again.
     pub fn from_http(head: &'a http::request::Parts, body: &'a [u8]) -> Self {
         let header = |name: &str| head.headers.get(name).and_then(|value| value.to_str().ok());
+        let mut keys = head.headers.get_all("idempotency-key").iter();
+        let idempotency_key = match (keys.next(), keys.next()) {
+            (None, _) => None,
+            (Some(key), None) => Some(key.to_str().unwrap_or(Self::UNREADABLE)),
+            (Some(_), Some(_)) => Some(Self::UNREADABLE),
+        };
         RequestParts {
             query: head.uri.query().unwrap_or_default(),
             content_type: header("content-type"),
             authorization: header("authorization"),
-            idempotency_key: header("idempotency-key"),
+            idempotency_key,
             body,
         }
     }
@@ -67,6 +78,31 @@ mod tests {
         assert_eq!(parts.idempotency_key, Some("retry-1"));
         assert_eq!(parts.authorization, None, "not visible ASCII: absent");
         assert_eq!(parts.body, b"{}");
+    }
+
+    #[test]
+    fn an_idempotency_key_that_is_not_one_text_is_unreadable_not_absent() {
+        let head = |keys: &[&[u8]]| {
+            let mut request = http::Request::post("/platform/conversions");
+            for key in keys {
+                request = request.header("Idempotency-Key", *key);
+            }
+            request.body(()).unwrap().into_parts().0
+        };
+        fn key(head: &http::request::Parts) -> Option<&str> {
+            RequestParts::from_http(head, b"").idempotency_key
+        }
+        assert_eq!(key(&head(&[])), None);
+        assert_eq!(key(&head(&[b"retry-1"])), Some("retry-1"));
+        assert_eq!(
+            key(&head(&["cl\u{e9}".as_bytes()])),
+            Some(RequestParts::UNREADABLE)
+        );
+        assert_eq!(
+            key(&head(&[b"retry-1", b"retry-2"])),
+            Some(RequestParts::UNREADABLE),
+            "sent twice"
+        );
     }
 
     #[test]

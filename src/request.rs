@@ -24,10 +24,21 @@ pub struct RequestParts<'a> {
     /// The `Idempotency-Key` header, if sent. On the event routes, a retry
     /// with the same key and body answers the first request's identifiers.
     /// Keys are scoped by credential (each API key, each application), so
-    /// one credential of an account cannot claim another's keys.
+    /// one credential of an account cannot claim another's keys. A header
+    /// sent with a value that is not text, or sent more than once, is
+    /// [`RequestParts::UNREADABLE`]: refused as an invalid key, never taken
+    /// for no key (which would record every retry again).
     pub idempotency_key: Option<&'a str>,
     /// The body bytes.
     pub body: &'a [u8],
+}
+
+impl RequestParts<'_> {
+    /// What a host passes for a header it received but cannot give as one
+    /// text (bytes that are not visible ASCII, or the header repeated):
+    /// U+FFFD, which no value the core accepts holds, so the request is
+    /// refused as one with an invalid value of that header.
+    pub const UNREADABLE: &'static str = "\u{fffd}";
 }
 
 impl std::fmt::Debug for RequestParts<'_> {

@@ -10,7 +10,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::Request;
 use conversion_gateway::{
-    Account, ClientRegistration, Gateway, GatewayConfig, OsRandom, SecretHasher, Stores,
+    Account, ClientRegistration, FeedCursor, Gateway, GatewayConfig, OsRandom, SecretHasher, Stores,
 };
 use conversion_gateway_testkit::{DownStore, basic};
 use serde_json::{Value, json};
@@ -398,6 +398,31 @@ async fn conversions_are_accepted_with_the_api_key_and_retries_replayed() {
     let second = server.post(&uri, &headers, body).await;
     assert_eq!(first.json()["event_uuid"], second.json()["event_uuid"]);
     assert_eq!(second.header("idempotent-replayed"), Some("true"));
+}
+
+/// An `Idempotency-Key` the client sent but that is not one visible-ASCII
+/// text (UTF-8 bytes, or the header twice) is refused, not taken for no
+/// key: each retry would be recorded again.
+#[tokio::test]
+async fn an_idempotency_key_that_is_not_one_text_is_400_and_records_nothing() {
+    let stores = Stores::in_memory();
+    let server = Routes::with_stores(stores.clone()).await;
+    let uri = format!("/platform/conversions?api_key={}", server.demo.api_key);
+    let body = conversion_body("bo@example.com").to_string();
+    let keys: [&[&[u8]]; 2] = [&["cl\u{e9}".as_bytes()], &[b"retry-1", b"retry-2"]];
+    for keys in keys {
+        let mut request = Request::post(&uri).header("content-type", "application/json");
+        for key in keys {
+            request = request.header("idempotency-key", *key);
+        }
+        let reply = server
+            .send(request.body(Body::from(body.clone())).unwrap())
+            .await;
+        reply.assert_error(400, "INVALID_IDEMPOTENCY_KEY");
+    }
+    let start = FeedCursor::start();
+    let page = stores.feed.read_after(&start, 10).await.unwrap();
+    assert!(page.events.is_empty(), "nothing recorded");
 }
 
 #[tokio::test]
