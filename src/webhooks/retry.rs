@@ -24,9 +24,11 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// retries of many deliveries that failed together do not arrive together.
 pub const JITTER: f64 = 0.1;
 
-/// The waits before each attempt of a delivery: the first is the wait
-/// before the first attempt (zero: at once), and after the last attempt a
-/// delivery that failed is given up.
+/// The waits before each attempt of a delivery: the first is that of the
+/// first attempt, which is made as soon as the delivery is dispatched, so
+/// it is zero; each later one is the wait after a failed attempt before the
+/// next; after the last attempt a delivery that failed is given up. No
+/// wait is longer than [`RetrySchedule::MAX_WAIT`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetrySchedule(Vec<Duration>);
 
@@ -49,13 +51,28 @@ impl Default for RetrySchedule {
 }
 
 impl RetrySchedule {
+    /// The longest wait of a schedule: 30 days (a wait far longer would
+    /// reach past what an instant can hold, and no receiver is waited for
+    /// that long).
+    pub const MAX_WAIT: Duration = Duration::from_secs(30 * 24 * 3600);
+
     /// A schedule of these waits.
     ///
     /// # Errors
-    /// [`RetryScheduleError::Empty`] when there is none.
+    /// [`RetryScheduleError::Empty`] when there is none,
+    /// [`RetryScheduleError::FirstNotZero`] when the first is not zero,
+    /// [`RetryScheduleError::TooLong`] when one is longer than
+    /// [`RetrySchedule::MAX_WAIT`].
     pub fn new(waits: Vec<Duration>) -> Result<Self, RetryScheduleError> {
-        if waits.is_empty() {
-            return Err(RetryScheduleError::Empty);
+        match waits.first() {
+            None => return Err(RetryScheduleError::Empty),
+            Some(first) if !first.is_zero() => {
+                return Err(RetryScheduleError::FirstNotZero(*first));
+            }
+            Some(_) => {}
+        }
+        if let Some(long) = waits.iter().find(|wait| **wait > Self::MAX_WAIT) {
+            return Err(RetryScheduleError::TooLong(*long));
         }
         Ok(Self(waits))
     }
@@ -122,8 +139,8 @@ fn parse_wait(part: &str) -> Result<Duration, RetryScheduleError> {
     };
     number
         .checked_mul(millis_per)
-        .filter(|millis| *millis <= 30 * 86_400_000)
         .map(Duration::from_millis)
+        .filter(|wait| *wait <= RetrySchedule::MAX_WAIT)
         .ok_or_else(|| RetryScheduleError::Invalid(part.to_owned()))
 }
 
@@ -141,6 +158,14 @@ pub enum RetryScheduleError {
     /// A wait that is not a number and a unit, or longer than 30 days.
     #[error("has `{0}`, not a wait of at most 30 days such as 500ms, 5s, 5m, 2h or 1d")]
     Invalid(String),
+    /// A first wait that is not zero: the first attempt is made at once.
+    #[error(
+        "starts with {0:?}: the first attempt is made at once, so the first wait is 0s (such as 0s,5s,5m)"
+    )]
+    FirstNotZero(Duration),
+    /// A wait longer than [`RetrySchedule::MAX_WAIT`].
+    #[error("has a wait of {0:?}, longer than 30 days")]
+    TooLong(Duration),
 }
 
 /// What follows an attempt: the delivery's next state and the change to its
@@ -247,10 +272,31 @@ mod tests {
             "0s,5s,300s,1800s,7200s,18000s,36000s,36000s"
         );
         assert_eq!(
-            "30d".parse::<RetrySchedule>().unwrap().waits(),
-            [seconds(30 * 86_400)],
+            "0s,30d".parse::<RetrySchedule>().unwrap().waits(),
+            [seconds(0), seconds(30 * 86_400)],
             "the longest wait allowed"
         );
+        assert_eq!(
+            "5s,5m".parse::<RetrySchedule>(),
+            Err(RetryScheduleError::FirstNotZero(seconds(5))),
+            "the first attempt is at once"
+        );
+        assert_eq!(
+            RetrySchedule::new(vec![
+                seconds(0),
+                RetrySchedule::MAX_WAIT + Duration::from_millis(1)
+            ]),
+            Err(RetryScheduleError::TooLong(
+                RetrySchedule::MAX_WAIT + Duration::from_millis(1)
+            )),
+            "what the parser refuses, the constructor does"
+        );
+        assert_eq!(
+            RetrySchedule::new(vec![seconds(0), Duration::MAX]),
+            Err(RetryScheduleError::TooLong(Duration::MAX)),
+            "a wait no instant can hold"
+        );
+        assert!(RetrySchedule::new(vec![seconds(0), RetrySchedule::MAX_WAIT]).is_ok());
         assert_eq!("".parse::<RetrySchedule>(), Err(RetryScheduleError::Empty));
         assert_eq!(
             "5".parse::<RetrySchedule>(),
