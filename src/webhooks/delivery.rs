@@ -244,7 +244,9 @@ impl Gateway {
             round.events_dispatched += passed;
         }
         loop {
-            let leased = self.lease_webhook_deliveries(100, &[]).await?;
+            let leased = self
+                .lease_webhook_deliveries(self.one_after_the_other(), &[])
+                .await?;
             if leased.is_empty() {
                 break;
             }
@@ -255,6 +257,23 @@ impl Gateway {
             }
         }
         Ok(round)
+    }
+
+    /// How many deliveries [`Gateway::run_webhooks_once`] leases at a
+    /// time: as many as it can attempt one after the other, each up to
+    /// [`WebhookOptions::attempt_timeout`](crate::WebhookOptions::attempt_timeout),
+    /// within one lease, less one for the store's own work; at least one,
+    /// at most 100. With the defaults (30 s, 5 s), five. More would let the
+    /// last ones' leases run out while they wait their turn: another
+    /// sender (a second cron run, another host) would lease and send them
+    /// too.
+    fn one_after_the_other(&self) -> usize {
+        let timeout = self.webhooks.attempt_timeout.as_millis().max(1);
+        let fit = self.webhooks.lease.as_millis() / timeout;
+        usize::try_from(fit)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(1)
+            .clamp(1, 100)
     }
 
     /// How many deliveries are pending.

@@ -30,7 +30,9 @@ pub struct WebhookOptions {
     /// How long a sender holds a delivery it leased before another may
     /// take it: longer than an attempt (30 s, six times the 5 s timeout),
     /// so that only a sender that died mid-attempt loses its lease, and
-    /// its deliveries go out again that long after.
+    /// its deliveries go out again that long after. Keep it at least twice
+    /// `attempt_timeout`: an attempt that outlasts its lease may be made
+    /// again beside it.
     pub lease: Duration,
     /// The most webhooks per account.
     pub max_per_account: usize,

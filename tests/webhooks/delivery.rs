@@ -187,10 +187,22 @@ async fn with_every_webhook_switched_off_the_dispatcher_passes_conversions_by_un
 }
 
 /// A webhook store (the memory one in these tests), counting the
-/// dispatcher's writes.
+/// dispatcher's writes and the most deliveries one lease asked for.
 struct CountingWebhooks {
     inner: Arc<dyn WebhookStore>,
     dispatches: AtomicUsize,
+    largest_lease: AtomicUsize,
+}
+
+impl CountingWebhooks {
+    /// `inner`, nothing counted yet.
+    fn around(inner: Arc<dyn WebhookStore>) -> Self {
+        Self {
+            inner,
+            dispatches: AtomicUsize::new(0),
+            largest_lease: AtomicUsize::new(0),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -245,6 +257,7 @@ impl WebhookStore for CountingWebhooks {
         limit: usize,
         skip: &[WebhookId],
     ) -> Result<Vec<LeasedDelivery>, StoreError> {
+        self.largest_lease.fetch_max(limit, Ordering::SeqCst);
         self.inner
             .lease_deliveries(now, lease_until, limit, skip)
             .await
@@ -291,13 +304,34 @@ impl WebhookStore for CountingWebhooks {
     }
 }
 
+/// `run_webhooks_once` attempts what it leased one after the other: it
+/// leases no more than it can attempt, each taking up to the 5 s timeout,
+/// within the 30 s lease (five), so that no lease runs out while its
+/// delivery waits its turn, and another sender sends it too.
+#[tokio::test]
+async fn one_round_leases_no_more_than_it_can_attempt_within_the_lease() {
+    let mut stores = Stores::in_memory();
+    let webhooks = Arc::new(CountingWebhooks::around(stores.webhooks.clone()));
+    stores.webhooks = webhooks.clone();
+    let t = Hooks::on(stores, RetrySchedule::default()).await;
+    t.register(URL).await;
+    t.receiver.clear();
+    for n in 0..12 {
+        t.convert(&format!("lead{n}@example.com"), "signup").await;
+    }
+    let round = t.gateway().run_webhooks_once().await.unwrap();
+    assert_eq!(
+        round.attempts.len(),
+        12,
+        "every delivery, over three leases"
+    );
+    assert_eq!(webhooks.largest_lease.load(Ordering::SeqCst), 5);
+}
+
 #[tokio::test]
 async fn a_dispatch_step_with_nothing_to_pass_writes_nothing() {
     let mut stores = Stores::in_memory();
-    let webhooks = Arc::new(CountingWebhooks {
-        inner: stores.webhooks.clone(),
-        dispatches: AtomicUsize::new(0),
-    });
+    let webhooks = Arc::new(CountingWebhooks::around(stores.webhooks.clone()));
     stores.webhooks = webhooks.clone();
     let t = Hooks::on(stores, RetrySchedule::default()).await;
     let gateway = t.gateway();
