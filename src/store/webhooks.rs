@@ -167,8 +167,11 @@ pub trait WebhookStore: Send + Sync {
     /// [`WebhookChange::applied`] makes it against the webhook's
     /// `failing_since` read in the same atomic step. Keeps at most the
     /// last 20 attempts of each webhook. Returns the change made (`change`
-    /// applied; as applied to no `failing_since` if the delivery was
-    /// deleted with its webhook meanwhile, when nothing is recorded).
+    /// applied; as applied to no `failing_since` when nothing is recorded).
+    /// Nothing is recorded for a delivery that is gone (deleted with its
+    /// webhook while the attempt ran) or no longer pending (another sender
+    /// leased it once this attempt's lease ran out, and ended it first): a
+    /// late attempt never turns a delivered delivery into a failed one.
     ///
     /// # Errors
     /// `Backend` on failure (then nothing changed; the lease runs out and

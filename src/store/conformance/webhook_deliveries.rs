@@ -324,6 +324,52 @@ pub(super) async fn check_lease_eligibility(store: &dyn WebhookStore) {
     remove(store, &both).await;
 }
 
+/// An attempt recorded late, on a delivery another sender leased once
+/// this one's lease had run out and ended first, changes nothing: the
+/// delivery stays delivered with the one attempt counted, its webhook
+/// is not marked failing, and the answer is the change as if nothing was
+/// there.
+pub(super) async fn check_late_attempt_on_an_ended_delivery(store: &dyn WebhookStore) {
+    let webhook = new_webhook(new_account(), &new_url());
+    insert(store, &webhook).await;
+    let delivery = new_delivery(&webhook, "late@example.com");
+    dispatch(store, std::slice::from_ref(&delivery)).await;
+    assert_eq!(ids(&lease(store, at(0), &[&webhook]).await), [delivery.id]);
+    // The first lease ran out: another sender leases it and delivers it.
+    assert_eq!(
+        ids(&lease(store, at(0) + LEASE + Duration::seconds(1), &[&webhook]).await),
+        [delivery.id]
+    );
+    finish(
+        store,
+        &delivery,
+        at(40),
+        DeliveryNext::Delivered,
+        WebhookChange::Succeeded,
+    )
+    .await;
+    let late = store
+        .finish_attempt(
+            &attempt(&delivery, at(41), None),
+            DeliveryNext::Failed,
+            WebhookChange::SwitchOffIfFailingSince(at(41)),
+        )
+        .await
+        .expect("finish_attempt");
+    assert_eq!(late, WebhookChange::Failing(at(41)));
+    assert_eq!(
+        state_of(store, &delivery).await,
+        Some((DeliveryState::Delivered, 1)),
+        "a late attempt leaves the delivery as the one before ended it"
+    );
+    let kept = found(store, webhook.id).await;
+    assert_eq!(
+        (kept.status, kept.failing_since),
+        (WebhookStatus::Active, None)
+    );
+    remove(store, &[&webhook]).await;
+}
+
 /// Each attempt is kept and counted; the last [`KEPT`] of each webhook
 /// are kept, newest first, and reach the next lease's count.
 pub(super) async fn check_attempts(store: &dyn WebhookStore) {

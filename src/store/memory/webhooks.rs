@@ -305,8 +305,21 @@ impl WebhookStore for MemoryWebhookStore {
         change: WebhookChange,
     ) -> Result<WebhookChange, StoreError> {
         let mut state = lock(&self.state);
-        let Some(number) = state.by_id.get(&attempt.delivery_id).copied() else {
-            // Deleted with its webhook while the attempt ran.
+        let pending = |number: &u64| {
+            state
+                .deliveries
+                .get(number)
+                .is_some_and(|outboxed| outboxed.state == DeliveryState::Pending)
+        };
+        let Some(number) = state
+            .by_id
+            .get(&attempt.delivery_id)
+            .copied()
+            .filter(pending)
+        else {
+            // Deleted with its webhook while the attempt ran, or ended by
+            // another sender that leased it once this one's lease ran out:
+            // nothing to keep, the delivery is left as it is.
             return Ok(change.applied(None, attempt.at));
         };
         if let Some(outboxed) = state.deliveries.get_mut(&number) {

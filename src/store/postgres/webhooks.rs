@@ -340,7 +340,7 @@ impl WebhookStore for PgStore {
             "UPDATE webhook_deliveries SET attempts = attempts + 1, leased_until = NULL,
                  state = COALESCE($1, state), finished_at = COALESCE($2, finished_at),
                  next_attempt_at = COALESCE($3, next_attempt_at)
-             WHERE id = $4",
+             WHERE id = $4 AND state = 'pending'",
         )
         .bind(next.state)
         .bind(next.finished_at)
@@ -350,8 +350,9 @@ impl WebhookStore for PgStore {
         .await
         .map_err(backend(ACTION))?;
         if done.rows_affected() == 0 {
-            // Deleted with its webhook while the attempt ran: nothing to
-            // keep.
+            // Deleted with its webhook while the attempt ran, or ended by
+            // another sender that leased it once this one's lease ran out:
+            // nothing to keep, the delivery is left as it is.
             return Ok(change.applied(None, attempt.at));
         }
         // The head of the delivery's queue (migration 0011): its contact's

@@ -306,7 +306,7 @@ impl WebhookStore for SqliteStore {
             "UPDATE webhook_deliveries SET attempts = attempts + 1, leased_until = NULL,
                  state = COALESCE(?, state), finished_at = COALESCE(?, finished_at),
                  next_attempt_at = COALESCE(?, next_attempt_at)
-             WHERE id = ?",
+             WHERE id = ? AND state = 'pending'",
         )
         .bind(next.state)
         .bind(opt_micros(next.finished_at)?)
@@ -316,8 +316,9 @@ impl WebhookStore for SqliteStore {
         .await
         .map_err(backend(ACTION))?;
         if done.rows_affected() == 0 {
-            // Deleted with its webhook while the attempt ran: nothing to
-            // keep.
+            // Deleted with its webhook while the attempt ran, or ended by
+            // another sender that leased it once this one's lease ran out:
+            // nothing to keep, the delivery is left as it is.
             return Ok(change.applied(None, attempt.at));
         }
         // The head of the delivery's queue (migration 0009): its contact's
