@@ -346,13 +346,25 @@ impl EventSink for NatsEventSink {
                 claim.expires_at.unix_timestamp().to_string().as_str(),
             );
         }
+        // Refused at once while the client is not connected: a message
+        // published then waits in the client's buffer and goes out once it
+        // reconnects, after this call has answered that nothing was
+        // recorded, and a caller's retry would be recorded beside it.
+        // (Should the connection drop between this check and the publish,
+        // or the acknowledgement be late, that can still happen; an
+        // `Idempotency-Key` makes the retry safe.)
+        let state = self.jetstream.client().connection_state();
+        if state != async_nats::connection::State::Connected {
+            return Err(backend(ACTION, "not connected to the NATS server"));
+        }
         let publish = async {
             let ack = self
                 .jetstream
                 .publish_with_headers(subject, headers, body.into())
                 .await
                 .map_err(|error| backend(ACTION, error))?;
-            // Stored (and synced by the stream's file storage) once acked.
+            // Stored once acked; on disk as the server's `sync_interval`
+            // says (docs/intake.md, "The JetStream sink").
             ack.await.map_err(|error| backend(ACTION, error))
         };
         let ack = tokio::time::timeout(self.options.timeout, publish)

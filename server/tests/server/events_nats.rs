@@ -351,10 +351,12 @@ async fn an_unreachable_jetstream_is_answered_503_fast_and_intake_resumes() {
     ])
     .start();
     let event = conversion_body("down@example.com");
-    assert_eq!(
-        server.convert(&server.demo.api_key, &event).await.status,
-        200
-    );
+    let first = server.convert(&server.demo.api_key, &event).await;
+    assert_eq!(first.status, 200);
+    let mut acknowledged = std::collections::HashSet::from([first.json()["event_uuid"]
+        .as_str()
+        .expect("an event_uuid")
+        .to_owned()]);
     // NATS goes away: every connection cut, new ones reset.
     proxy.admit(Admit::Reset);
     proxy.cut.notify_waiters();
@@ -367,15 +369,27 @@ async fn an_unreachable_jetstream_is_answered_503_fast_and_intake_resumes() {
         "answered in {:?}",
         started.elapsed()
     );
+    // Retried while it is down: refused, not kept for later.
+    for _ in 0..3 {
+        let reply = server.convert(&server.demo.api_key, &event).await;
+        reply.assert_error(503, "SERVICE_UNAVAILABLE");
+    }
     // It comes back: intake resumes without a restart.
     proxy.admit(Admit::All);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let reply = server.convert(&server.demo.api_key, &event).await;
         if reply.status == 200 {
+            let uuid = reply.json()["event_uuid"].clone();
+            acknowledged.insert(uuid.as_str().expect("an event_uuid").to_owned());
             break;
         }
         assert!(std::time::Instant::now() < deadline, "intake never resumed");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    assert_eq!(
+        stream_uuids(&stream.0).await,
+        acknowledged,
+        "the stream holds what was acknowledged, nothing answered 503"
+    );
 }
