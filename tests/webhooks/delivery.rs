@@ -816,16 +816,20 @@ async fn the_purge_deletes_ended_deliveries_past_the_retention() {
     assert_eq!(t.f.stores.webhooks.delivery_state(id).await.unwrap(), None);
 }
 
-/// A store that forgets a page's dispatch, its leases and attempts (a
-/// backup restored, a failover to a replica that missed the last commits)
-/// while the receiver remembers: the page is dispatched and sent again
-/// under the same `webhook-id`s, so the receiver knows the deliveries it
-/// already took.
+/// A gateway on an SQLite store in a file of its own (in a directory
+/// named after `name`, removed when the first value is dropped), with
+/// [`URL`] registered and the receiver cleared: the directory, the file,
+/// the store and the fixture.
 #[cfg(feature = "sqlite")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_page_dispatched_again_by_a_store_that_forgot_it_keeps_its_delivery_ids() {
-    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
-    let dir = conversion_gateway_testkit::TempDir::new("forgot-dispatch");
+async fn registered_on_a_sqlite_file(
+    name: &str,
+) -> (
+    conversion_gateway_testkit::TempDir,
+    std::path::PathBuf,
+    Arc<conversion_gateway::SqliteStore>,
+    Hooks,
+) {
+    let dir = conversion_gateway_testkit::TempDir::new(name);
     let file = dir.path("gateway.db");
     let store = Arc::new(
         conversion_gateway::SqliteStore::open(&file)
@@ -835,6 +839,19 @@ async fn a_page_dispatched_again_by_a_store_that_forgot_it_keeps_its_delivery_id
     let t = Hooks::on(Stores::sharing(store.clone()), RetrySchedule::default()).await;
     t.register(URL).await;
     t.receiver.clear();
+    (dir, file, store, t)
+}
+
+/// A store that forgets a page's dispatch, its leases and attempts (a
+/// backup restored, a failover to a replica that missed the last commits)
+/// while the receiver remembers: the page is dispatched and sent again
+/// under the same `webhook-id`s, so the receiver knows the deliveries it
+/// already took.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_dispatched_again_by_a_store_that_forgot_it_keeps_its_delivery_ids() {
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+    let (_dir, file, store, t) = registered_on_a_sqlite_file("forgot-dispatch").await;
     t.convert("a@example.com", "first").await;
     t.convert("b@example.com", "first").await;
     let before = store.dispatch_cursor().await.unwrap();
@@ -899,16 +916,7 @@ async fn a_page_dispatched_again_by_a_store_that_forgot_it_keeps_its_delivery_id
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_purge_repairs_queues_an_earlier_release_left_and_they_are_delivered() {
     use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
-    let dir = conversion_gateway_testkit::TempDir::new("repair");
-    let file = dir.path("gateway.db");
-    let store = Arc::new(
-        conversion_gateway::SqliteStore::open(&file)
-            .await
-            .expect("a SQLite store"),
-    );
-    let t = Hooks::on(Stores::sharing(store.clone()), RetrySchedule::default()).await;
-    t.register(URL).await;
-    t.receiver.clear();
+    let (_dir, file, store, t) = registered_on_a_sqlite_file("repair").await;
     t.convert("a@example.com", "first").await;
     t.convert("a@example.com", "second").await;
     t.convert("b@example.com", "first").await;
