@@ -133,6 +133,59 @@ where
     }
 }
 
+/// A claim that expired and is being taken over by a request reusing its
+/// key (its row locked, a new expiry written, not yet committed) is passed
+/// by by the purge, which neither waits for it nor deletes it once it is
+/// live again: the key's next retry is still a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_purge_passes_a_claim_being_taken_over_and_keeps_it() {
+    in_schema(|schema| async move {
+        let store = schema.store().await;
+        let other = schema.pool().await;
+        let cutoff = datetime!(2026-03-02 00:00:00 UTC);
+        let insert = "INSERT INTO idempotency_claims
+                 (account_id, scope, key, fingerprint, created_at, expires_at, event_uuids)
+             VALUES ($1, 'api_key:x', $2, '\\x00', $3, $4, '{}')";
+        let account = random_uuid(&OsRandom);
+        for key in ["taken-over", "expired"] {
+            sqlx::query(insert)
+                .bind(account)
+                .bind(key)
+                .bind(cutoff - time::Duration::days(2))
+                .bind(cutoff - time::Duration::days(1))
+                .execute(&other)
+                .await
+                .expect("an expired claim");
+        }
+        let mut taking_over = other.begin().await.expect("begin");
+        sqlx::query("UPDATE idempotency_claims SET expires_at = $1 WHERE key = 'taken-over'")
+            .bind(cutoff + time::Duration::days(1))
+            .execute(&mut *taking_over)
+            .await
+            .expect("take the claim over");
+        let purged = tokio::time::timeout(
+            Duration::from_secs(30),
+            store.purge_expired_claims(cutoff, 10),
+        )
+        .await
+        .expect("the purge waited for the claim being taken over")
+        .expect("purge");
+        assert_eq!(purged, 1, "the other expired claim");
+        taking_over.commit().await.expect("commit the take-over");
+        assert_eq!(
+            store.purge_expired_claims(cutoff, 10).await.expect("purge"),
+            0
+        );
+        let left: Vec<String> = sqlx::query_scalar("SELECT key FROM idempotency_claims")
+            .fetch_all(&other)
+            .await
+            .expect("the claims");
+        assert_eq!(left, ["taken-over"], "the live claim is kept");
+        other.close().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_token_store_keeps_the_contract() {
     in_schema(|schema| async move {

@@ -160,10 +160,21 @@ impl EventSink for PgStore {
         cutoff: OffsetDateTime,
         limit: usize,
     ) -> Result<usize, StoreError> {
+        // An expired claim can come back to life: a request reusing its
+        // key takes it over (`ON CONFLICT DO UPDATE`) with a new expiry.
+        // Had the DELETE waited for such a row, PostgreSQL would have
+        // checked the row's new version against the DELETE's conditions
+        // only, not the subquery's `expires_at`, and deleted a live claim
+        // (its key's next retry recorded twice). So the subquery locks the
+        // claims it picks (`FOR UPDATE`: a take-over then waits for the
+        // purge, and finds the key free), and passes by those another
+        // transaction holds (`SKIP LOCKED`: being taken over, or purged by
+        // another instance, so that purges beside each other take different
+        // rows and a batch that deletes nothing means none is left to take).
         const PURGES: [&str; 1] = [
             "DELETE FROM idempotency_claims WHERE (account_id, scope, key) IN
                  (SELECT account_id, scope, key FROM idempotency_claims
-                  WHERE expires_at < $1 LIMIT $2)",
+                  WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
         ];
         let action = "purge expired idempotency claims";
         sql::purge(&self.pool, &PURGES, cutoff, limit, action).await
