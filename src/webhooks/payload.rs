@@ -362,6 +362,16 @@ mod tests {
     }
 
     #[test]
+    fn a_member_name_is_a_string_borrowed_unless_escaped() {
+        let plain: MemberName<'_> = serde_json::from_str(r#""cf_plan""#).unwrap();
+        assert!(matches!(plain.0, Cow::Borrowed("cf_plan")));
+        let escaped: MemberName<'_> = serde_json::from_str(r#""cf_\u00e9""#).unwrap();
+        assert!(matches!(escaped.0, Cow::Owned(ref name) if name == "cf_é"));
+        let error = serde_json::from_str::<MemberName<'_>>("1").err().unwrap();
+        assert!(error.to_string().contains("a member's name"), "{error}");
+    }
+
+    #[test]
     fn a_payload_that_is_not_an_object_gives_the_contact_alone() {
         let hasher = SecretHasher::new([1; 32]);
         let event = event_with_text("[1, 2]");
