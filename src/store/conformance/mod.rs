@@ -28,7 +28,7 @@
 //! This file holds the entry points, one per storage trait, each listing
 //! the checks it runs. The checks live by concern in `src/store/conformance/`:
 //! `tokens.rs`, `clients_accounts_keys.rs`, `events.rs`, `webhooks.rs` and
-//! `webhook_deliveries.rs` check one caller at a time; `feed.rs` checks the feed; `purge.rs` checks
+//! `webhook_deliveries.rs` and `webhook_pages.rs` check one caller at a time; `feed.rs` checks the feed; `purge.rs` checks
 //! the purges; `concurrency.rs` races the atomic operations; `fixtures.rs`
 //! makes the records they write.
 
@@ -40,6 +40,7 @@ mod fixtures;
 mod purge;
 mod tokens;
 mod webhook_deliveries;
+mod webhook_pages;
 mod webhooks;
 
 use std::sync::Arc;
@@ -125,10 +126,10 @@ pub async fn check_webhook_store(store: Arc<dyn WebhookStore>) {
     webhooks::check_status_and_deletion(&*store).await;
     webhooks::check_dispatch(&*store).await;
     webhook_deliveries::check_lease_order(&*store).await;
-    webhook_deliveries::check_queue_across_pages(&*store).await;
-    webhook_deliveries::check_full_page_order(&*store).await;
-    webhook_deliveries::check_page_past_one_statement(&*store).await;
-    webhook_deliveries::check_page_dispatched_again(&*store).await;
+    webhook_pages::check_queue_across_pages(&*store).await;
+    webhook_pages::check_full_page_order(&*store).await;
+    webhook_pages::check_page_past_one_statement(&*store).await;
+    webhook_pages::check_page_dispatched_again(&*store).await;
     webhook_deliveries::check_lease_eligibility(&*store).await;
     webhook_deliveries::check_attempts(&*store).await;
     webhook_deliveries::check_late_attempt_on_an_ended_delivery(&*store).await;
