@@ -345,9 +345,10 @@ impl WebhookStore for MemoryWebhookStore {
                 }
             }
         }
-        let mut applied = change.applied(None, attempt.at);
+        let failing_since =
+            (state.webhooks.get(&attempt.webhook_id)).and_then(|webhook| webhook.failing_since);
+        let applied = change.applied(failing_since, attempt.at);
         if let Some(webhook) = state.webhooks.get_mut(&attempt.webhook_id) {
-            applied = change.applied(webhook.failing_since, attempt.at);
             match applied {
                 WebhookChange::Succeeded => webhook.failing_since = None,
                 WebhookChange::Failing(since) | WebhookChange::SwitchOffIfFailingSince(since) => {

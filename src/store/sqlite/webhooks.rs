@@ -21,6 +21,7 @@ use crate::records::webhook::{
 use crate::store::error::StoreError;
 use crate::store::feed::FeedCursor;
 use crate::store::sql::page_runs::statement_runs;
+use crate::store::sql::records::RecordColumns as _;
 use crate::store::sql::webhook_records::{
     ChangeColumns, KEPT_ATTEMPTS, NextColumns, WEBHOOK_COLUMNS, attempt_from, count,
     delivery_state_from, duration_column, identifiers_text, leased_from, relations_text, url_write,
@@ -30,7 +31,7 @@ use crate::store::sql::{self, backend, find_row, insert_row, malformed};
 use crate::store::webhooks::{WebhookStore, WebhookWrite};
 
 use super::SqliteStore;
-use super::columns::{Columns, from_micros, json_text, micros, opt_micros, uuid_text};
+use super::columns::{Columns, json_text, micros, opt_micros, uuid_text};
 
 #[async_trait]
 impl WebhookStore for SqliteStore {
@@ -339,16 +340,13 @@ impl WebhookStore for SqliteStore {
         let webhook = uuid_text(attempt.webhook_id.0);
         // Read under the write lock the transaction holds: the change is
         // made against what the attempts before this one left.
-        let failing_since: Option<Option<i64>> =
-            sqlx::query_scalar("SELECT failing_since FROM webhooks WHERE id = ?")
-                .bind(webhook.clone())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend(ACTION))?;
-        let failing_since = match failing_since.flatten() {
-            Some(micros) => {
-                Some(from_micros(micros).ok_or_else(|| malformed(ACTION, "failing_since"))?)
-            }
+        let row = sqlx::query("SELECT failing_since FROM webhooks WHERE id = ?")
+            .bind(webhook.clone())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend(ACTION))?;
+        let failing_since = match row {
+            Some(row) => Columns::new(row, ACTION).optional_time("failing_since")?,
             None => None,
         };
         let (columns, applied) = ChangeColumns::new(change, failing_since, attempt.at);
