@@ -26,6 +26,8 @@ use conversion_gateway::{
     SecretHasher, StoreError, TokenStore, random_uuid,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use crate::silent_network::{SilentProxy, Trap};
 use time::macros::datetime;
 
 const NO_DATABASE: &str = "\
@@ -58,18 +60,47 @@ impl TestSchema {
     /// A new pool whose connections work in this schema, as a separate
     /// server instance would have.
     pub(crate) async fn pool(&self) -> PgPool {
-        // Named after the schema, so that a test can find (and terminate)
-        // its own backends in pg_stat_activity.
-        let options = PgConnectOptions::from_str(&self.url)
-            .expect("DATABASE_URL must be a postgres:// address")
-            .options([("search_path", self.name.as_str())])
-            .application_name(&self.name);
         PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
+            .connect_with(self.connect_options())
             .await
             .expect("connect to DATABASE_URL")
+    }
+
+    /// The address of the server at `DATABASE_URL`.
+    fn server_addr(&self) -> std::net::SocketAddr {
+        use std::net::ToSocketAddrs as _;
+        let options = self.connect_options();
+        (options.get_host(), options.get_port())
+            .to_socket_addrs()
+            .expect("resolve DATABASE_URL's host")
+            .next()
+            .expect("DATABASE_URL's host has an address")
+    }
+
+    /// A pool as [`TestSchema::pool`], whose connections go through
+    /// `proxy` and wait at most `acquire` for a connection.
+    async fn pool_through(&self, proxy: &SilentProxy, acquire: Duration) -> PgPool {
+        let through = self
+            .connect_options()
+            .host(&proxy.addr().ip().to_string())
+            .port(proxy.addr().port());
+        PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(acquire)
+            .connect_with(through)
+            .await
+            .expect("connect through the proxy")
+    }
+
+    fn connect_options(&self) -> PgConnectOptions {
+        // Named after the schema, so that a test can find (and terminate)
+        // its own backends in pg_stat_activity.
+        PgConnectOptions::from_str(&self.url)
+            .expect("DATABASE_URL must be a postgres:// address")
+            .options([("search_path", self.name.as_str())])
+            .application_name(&self.name)
     }
 
     async fn store_with(&self, options: PgStoreOptions) -> Arc<PgStore> {
@@ -123,6 +154,16 @@ where
         name: name.clone(),
     }))
     .await;
+    // A test that failed may leave a backend holding locks in the schema
+    // (a transaction a silent network left open): ended first, so that the
+    // test fails rather than waits.
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .bind(&name)
+    .execute(&admin)
+    .await
+    .expect("end the test's backends");
     sqlx::raw_sql(&format!("DROP SCHEMA {name} CASCADE"))
         .execute(&admin)
         .await
@@ -632,6 +673,349 @@ async fn a_failing_submission_does_not_fail_its_group() {
                     );
                 }
             }
+        }
+    })
+    .await;
+}
+
+/// A submission whose key, `key`, is claimed in the scope
+/// [`HELD_SCOPE`], with one event.
+fn keyed(account: AccountId, key: &str, n: usize) -> EventSubmission {
+    EventSubmission {
+        idempotency: Some(IdempotencyClaim {
+            account_id: account,
+            scope: IdempotencyScope::Client(ClientId::new("cgid_pg")),
+            key: key.into(),
+            fingerprint: [7; 32],
+            created_at: datetime!(2026-03-01 12:00 UTC),
+            expires_at: datetime!(2026-03-02 12:00 UTC),
+        }),
+        ..single(event(account, n))
+    }
+}
+
+/// The stored scope of [`keyed`]'s claims.
+const HELD_SCOPE: &str = "client:cgid_pg";
+
+/// Claims `key` in a transaction of another instance (`pool`), left open:
+/// the store's claim of the same key waits for it.
+async fn hold_a_claim(
+    pool: &PgPool,
+    account: AccountId,
+    key: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query(
+        "INSERT INTO idempotency_claims
+             (account_id, scope, key, fingerprint, created_at, expires_at, event_uuids)
+         VALUES ($1, $2, $3, '\\x00', '2026-03-01 12:00Z', '2026-03-02 12:00Z', '{}')",
+    )
+    .bind(account.0)
+    .bind(HELD_SCOPE)
+    .bind(key)
+    .execute(&mut *tx)
+    .await
+    .expect("hold the claim");
+    tx
+}
+
+/// Waits until one of the schema's backends waits for a lock: a claim of
+/// the store's queued behind [`hold_a_claim`].
+async fn until_a_claim_waits(pool: &PgPool, schema: &str) {
+    for _ in 0..1000 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(schema)
+        .fetch_one(pool)
+        .await
+        .expect("read pg_stat_activity");
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no claim of the store's waited for the held one");
+}
+
+/// Queues `submissions` on `store` in their order, then waits for each
+/// one's outcome: held behind a group, they are written as one group.
+async fn queue_in_order<F>(record: F) -> F::Output
+where
+    F: Future,
+{
+    let mut record = std::pin::pin!(record);
+    // One poll queues every submission (each `record` sends its job, to a
+    // queue with room, before it first waits), in the join's order.
+    std::future::poll_fn(|cx| {
+        assert!(record.as_mut().poll(cx).is_pending(), "held behind a group");
+        std::task::Poll::Ready(())
+    })
+    .await;
+    record.await
+}
+
+/// Two groups that claim the same two keys in opposite orders would each
+/// wait for the other, and PostgreSQL would end one with a deadlock
+/// (`40P01`), answering every submission in it 503. Another instance
+/// holds the claim of `a` and then claims `b`, while the store's group
+/// queued `b` before `a`: the group claims `a` first, so the other
+/// instance takes `b` without waiting, and once it rolls back, both of
+/// the group's submissions are recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_claims_its_keys_in_one_order_and_never_deadlocks() {
+    in_schema(|schema| async move {
+        let store = schema.store().await;
+        let other = schema.pool().await;
+        let account = AccountId(random_uuid(&OsRandom));
+        // The writer is held on `w` while `b` and `a` queue behind it.
+        let holding_w = hold_a_claim(&other, account, "w").await;
+        let mut holding_a = hold_a_claim(&other, account, "a").await;
+        let first = tokio::spawn({
+            let store = store.clone();
+            async move { store.record(&keyed(account, "w", 0)).await }
+        });
+        until_a_claim_waits(&other, schema.name()).await;
+        let (b, a) = (keyed(account, "b", 1), keyed(account, "a", 2));
+        let group = queue_in_order(async {
+            let both = tokio::join!(store.record(&b), store.record(&a));
+            both
+        });
+        let other_side = async {
+            holding_w.rollback().await.expect("let `w` go");
+            assert_eq!(
+                first.await.expect("task").expect("record `w`"),
+                RecordOutcome::Recorded
+            );
+            until_a_claim_waits(&other, schema.name()).await;
+            // The group waits for `a`. Had it claimed `b` first, this
+            // would wait for the group: a deadlock.
+            sqlx::query(
+                "INSERT INTO idempotency_claims
+                     (account_id, scope, key, fingerprint, created_at, expires_at, event_uuids)
+                 VALUES ($1, $2, 'b', '\\x00', '2026-03-01 12:00Z', '2026-03-02 12:00Z', '{}')",
+            )
+            .bind(account.0)
+            .bind(HELD_SCOPE)
+            .execute(&mut *holding_a)
+            .await
+            .expect("`b` is free: the group has not claimed it before `a`");
+            holding_a.rollback().await.expect("let `a` and `b` go");
+        };
+        let ((recorded_b, recorded_a), ()) = tokio::join!(group, other_side);
+        for (outcome, submission) in [(recorded_b, &b), (recorded_a, &a)] {
+            assert_eq!(outcome.expect("no deadlock"), RecordOutcome::Recorded);
+            let event = &submission.events[0];
+            assert_eq!(
+                store.find_event(event.event_uuid).await.expect("find"),
+                Some(event.clone())
+            );
+        }
+        other.close().await;
+    })
+    .await;
+}
+
+/// When a group's one-statement insert fails on one submission's data,
+/// its submissions go one by one, each its own transaction. Should one of
+/// those then fail on the database's side (here a trigger raising
+/// `disk_full`), the ones committed before it are answered recorded, not
+/// with its error: their clients would send them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_failing_one_by_one_answers_what_it_committed_as_recorded() {
+    in_schema(|schema| async move {
+        let store = schema.store().await;
+        let other = schema.pool().await;
+        sqlx::raw_sql(
+            "CREATE FUNCTION disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.email = 'full@example.com' THEN
+                     RAISE EXCEPTION 'no room' USING ERRCODE = 'disk_full';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER disk_full BEFORE INSERT ON events
+                 FOR EACH ROW EXECUTE FUNCTION disk_full();",
+        )
+        .execute(&other)
+        .await
+        .expect("the trigger");
+        let account = AccountId(random_uuid(&OsRandom));
+        let holding_w = hold_a_claim(&other, account, "w").await;
+        let first = tokio::spawn({
+            let store = store.clone();
+            async move { store.record(&keyed(account, "w", 0)).await }
+        });
+        until_a_claim_waits(&other, schema.name()).await;
+        let good = single(event(account, 1));
+        let mut refused = single(event(account, 2));
+        refused.events[0].email = "nul\u{0}@example.com".into();
+        let mut failing = single(event(account, 3));
+        failing.events[0].email = "full@example.com".into();
+        let group = queue_in_order(async {
+            tokio::join!(
+                store.record(&good),
+                store.record(&refused),
+                store.record(&failing)
+            )
+        });
+        let release = async {
+            holding_w.rollback().await.expect("let `w` go");
+        };
+        let ((good_outcome, refused_outcome, failing_outcome), ()) = tokio::join!(group, release);
+        first.await.expect("task").expect("record `w`");
+        assert_eq!(
+            good_outcome.expect("committed before the failure"),
+            RecordOutcome::Recorded
+        );
+        assert_eq!(
+            store
+                .find_event(good.events[0].event_uuid)
+                .await
+                .expect("find"),
+            Some(good.events[0].clone())
+        );
+        assert!(
+            matches!(refused_outcome, Err(StoreError::Rejected { .. })),
+            "{refused_outcome:?}"
+        );
+        match failing_outcome {
+            Err(error @ StoreError::Backend { .. }) => assert!(error.is_retryable(), "{error:?}"),
+            other => panic!("the trigger's failure is the database's, got {other:?}"),
+        }
+        assert_eq!(
+            store
+                .find_event(failing.events[0].event_uuid)
+                .await
+                .expect("find"),
+            None
+        );
+        other.close().await;
+    })
+    .await;
+}
+
+/// A store whose connections go through `proxy`, each write attempt
+/// limited to a second, with group commit or without.
+async fn behind(schema: &TestSchema, proxy: &SilentProxy, group_commit: bool) -> Arc<PgStore> {
+    let pool = schema.pool_through(proxy, Duration::from_secs(2)).await;
+    let options = PgStoreOptions {
+        group_commit,
+        write_timeout: Duration::from_secs(1),
+        ..PgStoreOptions::default()
+    };
+    Arc::new(
+        PgStore::from_pool_with(pool, options)
+            .await
+            .expect("open the store"),
+    )
+}
+
+/// How long a test lets a write take before it calls it hung: well past
+/// two attempts of a second and a connection's acquire timeout.
+const HUNG: Duration = Duration::from_secs(20);
+
+/// An insert PostgreSQL committed, whose answer the network then lost: the
+/// write gives its connection up after its time limit and tries again on
+/// a fresh one, which finds the event stored. The call is answered
+/// recorded, and the event is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_whose_answer_is_lost_is_tried_again_and_recorded_once() {
+    in_schema(|schema| async move {
+        let proxy = SilentProxy::start(schema.server_addr()).await;
+        for group_commit in [true, false] {
+            let store = behind(&schema, &proxy, group_commit).await;
+            let account = AccountId(random_uuid(&OsRandom));
+            let mut lost = single(event(account, 0));
+            lost.events[0].email = "answer-lost@example.com".into();
+            proxy.set(Trap::DeliverThenSilence(b"answer-lost@example.com"));
+            let outcome = tokio::time::timeout(HUNG, store.record(&lost))
+                .await
+                .expect("the write gave up its silent connection");
+            assert!(proxy.sprung(), "the insert went through the proxy");
+            if group_commit {
+                assert_eq!(outcome.expect("tried again"), RecordOutcome::Recorded);
+            } else {
+                // Without group commit the call is not tried again: it
+                // is answered retryable, and the insert stands.
+                let error = outcome.expect_err("the answer was lost");
+                assert!(error.is_retryable(), "{error:?}");
+            }
+            assert_eq!(
+                store
+                    .find_event(lost.events[0].event_uuid)
+                    .await
+                    .expect("find"),
+                Some(lost.events[0].clone())
+            );
+            let next = single(event(account, 1));
+            assert_eq!(
+                store.record(&next).await.expect("the store writes on"),
+                RecordOutcome::Recorded
+            );
+        }
+    })
+    .await;
+}
+
+/// A transaction whose COMMIT the network swallowed is left open on the
+/// server, holding its idempotency key's row. The writer gives its
+/// connection up after its time limit; PostgreSQL rolls the open
+/// transaction back once it has idled as long
+/// (`idle_in_transaction_session_timeout`), so the retry, and the key's
+/// later requests, do not wait for it: the event is recorded once, and a
+/// retry of the request is a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_left_open_by_a_silent_network_frees_its_key() {
+    in_schema(|schema| async move {
+        let proxy = SilentProxy::start(schema.server_addr()).await;
+        let store = behind(&schema, &proxy, true).await;
+        let account = AccountId(random_uuid(&OsRandom));
+        let submission = keyed(account, "swallowed", 0);
+        proxy.set(Trap::Swallow(b"COMMIT"));
+        let outcome = tokio::time::timeout(HUNG, store.record(&submission))
+            .await
+            .expect("the write gave up its silent connection");
+        assert!(proxy.sprung(), "the COMMIT went through the proxy");
+        assert_eq!(outcome.expect("tried again"), RecordOutcome::Recorded);
+        let event = &submission.events[0];
+        assert_eq!(
+            store.find_event(event.event_uuid).await.expect("find"),
+            Some(event.clone())
+        );
+        let mut again = keyed(account, "swallowed", 1);
+        again.events = submission.events.clone();
+        match store.record(&again).await.expect("the key is free to read") {
+            RecordOutcome::Replayed { event_uuids, .. } => {
+                assert_eq!(event_uuids, [event.event_uuid]);
+            }
+            other => panic!("a retry of the request is a replay, got {other:?}"),
+        }
+    })
+    .await;
+}
+
+/// When every connection goes silent, a write is answered with a
+/// retryable error after its attempts' time limits, not held for as long
+/// as the sockets stay open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_on_a_silent_network_is_refused_in_bounded_time() {
+    in_schema(|schema| async move {
+        for group_commit in [true, false] {
+            let proxy = SilentProxy::start(schema.server_addr()).await;
+            let store = behind(&schema, &proxy, group_commit).await;
+            let account = AccountId(random_uuid(&OsRandom));
+            store
+                .record(&single(event(account, 0)))
+                .await
+                .expect("a connection in use before the silence");
+            proxy.silence_all();
+            let outcome = tokio::time::timeout(HUNG, store.record(&single(event(account, 1))))
+                .await
+                .expect("the write gave up its silent connection");
+            let error = outcome.expect_err("nothing gets through");
+            assert!(error.is_retryable(), "{error:?}");
         }
     })
     .await;

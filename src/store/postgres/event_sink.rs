@@ -125,7 +125,7 @@ impl EventSink for PgStore {
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
         match &self.group {
             Some(queue) => queue.record(submission).await,
-            None => record_alone(&self.pool, submission).await,
+            None => record_alone(&self.pool, submission, &self.write_limit).await,
         }
     }
 

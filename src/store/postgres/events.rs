@@ -18,7 +18,7 @@ use crate::records::event::{EventSubmission, RecordOutcome};
 use crate::store::error::StoreError;
 use crate::store::sql::group_commit::{Job, RECORD, answer, answer_error};
 use crate::store::sql::records::{channel_to_text, replay_or_reuse};
-use crate::store::sql::{backend, fails_on_data, insert_failed, lost_connection};
+use crate::store::sql::{TimedOut, backend, fails_on_data, insert_failed, lost_connection};
 
 use super::columns::Columns;
 
@@ -187,14 +187,71 @@ async fn insert_events(
     Ok(())
 }
 
+/// How long one attempt at writing events may take, and the `BEGIN` that
+/// has PostgreSQL end a transaction of it left open as long.
+///
+/// A connection can go silent without closing (a failover, a network
+/// partition): without a limit, the writer would wait for its answer for
+/// as long as the operating system keeps the socket (hours), and every
+/// `record` call queued behind it with it. After the limit the connection
+/// is given up as lost, and the group retried once on a fresh one, which
+/// finds out what the first attempt committed. On the database's side, the
+/// first attempt's transaction may be left open, holding its idempotency
+/// keys' rows so that the retry (and every later request with those keys)
+/// would wait for it; `idle_in_transaction_session_timeout`, set for each
+/// transaction of the writer's, has PostgreSQL roll it back once it has
+/// waited as long for a statement.
+#[derive(Clone, Debug)]
+pub(super) struct WriteLimit {
+    /// How long an attempt may take before its connection is given up.
+    timeout: Duration,
+    /// `BEGIN`, and the transaction's idle limit.
+    begin: String,
+}
+
+impl WriteLimit {
+    /// Attempts that may each take `timeout` (PostgreSQL counts in whole
+    /// milliseconds, at least one).
+    pub(super) fn new(timeout: Duration) -> Self {
+        let millis = timeout.as_millis().clamp(1, i32::MAX as u128);
+        Self {
+            timeout,
+            begin: format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {millis}"),
+        }
+    }
+
+    /// Runs `attempt` within the limit; a late one fails as a lost
+    /// connection would ([`lost_connection`]).
+    async fn apply<T>(
+        &self,
+        attempt: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, attempt)
+            .await
+            .unwrap_or_else(|_| Err(StoreError::backend(RECORD, TimedOut)))
+    }
+}
+
 /// Records one submission in a transaction of its own: one COMMIT per call.
 pub(super) async fn record_alone(
     pool: &PgPool,
     submission: &EventSubmission,
+    limit: &WriteLimit,
 ) -> Result<RecordOutcome, StoreError> {
     let mut conn = pool.acquire().await.map_err(backend(RECORD))?;
-    let outcomes = record_group(&mut conn, &[submission], Existing::Refuse).await?;
-    outcomes
+    let outcomes = limit
+        .apply(record_group(
+            &mut conn,
+            &[submission],
+            Existing::Refuse,
+            limit,
+        ))
+        .await;
+    if outcomes.as_ref().is_err_and(lost_connection) {
+        // Not back to the pool: it may still owe the late answer.
+        conn.close_on_drop();
+    }
+    outcomes?
         .into_iter()
         .next()
         .unwrap_or(Ok(RecordOutcome::Recorded))
@@ -210,6 +267,7 @@ pub(super) fn spawn_group_writers(
     jobs: mpsc::Receiver<Job>,
     max: usize,
     writers: usize,
+    limit: &WriteLimit,
 ) {
     crate::metrics::register_group_commit("postgres");
     let jobs = Arc::new(Mutex::new(jobs));
@@ -219,7 +277,12 @@ pub(super) fn spawn_group_writers(
     for _ in 0..writers.min(half_the_pool).max(1) {
         // Each writer ends when the last clone of the store (the last
         // sender) is dropped, after answering what was queued.
-        tokio::spawn(group_writer(pool.clone(), Arc::clone(&jobs), max));
+        tokio::spawn(group_writer(
+            pool.clone(),
+            Arc::clone(&jobs),
+            max,
+            limit.clone(),
+        ));
     }
 }
 
@@ -238,8 +301,14 @@ const KEEP_CONNECTION_IDLE: Duration = Duration::from_secs(1);
 /// groups keep coming it keeps its connection, so a group costs no pool
 /// checkout (and no liveness ping); after [`KEEP_CONNECTION_IDLE`] without
 /// one, or when the pool is closed, the connection goes back to the pool.
-/// A group whose connection was lost is retried once on a fresh one.
-async fn group_writer(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize) {
+/// A group whose connection was lost, or that took longer than `limit`, is
+/// retried once on a fresh connection.
+async fn group_writer(
+    pool: PgPool,
+    jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
+    max: usize,
+    limit: WriteLimit,
+) {
     let mut taken = Vec::with_capacity(max);
     let mut connection: Option<PoolConnection<Postgres>> = None;
     loop {
@@ -269,12 +338,20 @@ async fn group_writer(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, max: 
         crate::metrics::group_commit("postgres", taken.len(), queue.len());
         drop(queue);
         let submissions: Vec<&EventSubmission> = taken.iter().map(|job| &job.submission).collect();
-        let mut outcomes = record_on(&pool, &mut connection, &submissions, Existing::Refuse).await;
+        let mut outcomes = record_on(
+            &pool,
+            &mut connection,
+            &submissions,
+            Existing::Refuse,
+            &limit,
+        )
+        .await;
         if matches!(&outcomes, Err(NotRecorded::Failed(error)) if lost_connection(error)) {
             // Safe to run again: the events' uuids are this group's own
             // (an event stored by the first attempt is skipped), and a
             // claim stored by it lists exactly those uuids.
-            outcomes = record_on(&pool, &mut connection, &submissions, Existing::Skip).await;
+            outcomes =
+                record_on(&pool, &mut connection, &submissions, Existing::Skip, &limit).await;
         }
         drop(submissions);
         match outcomes {
@@ -318,13 +395,15 @@ fn refuse_queued(jobs: &Mutex<mpsc::Receiver<Job>>, error: &StoreError) {
     answer_error(&mut refused, error);
 }
 
-/// Records `submissions` on the writer's connection, opening one if it has
-/// none; a connection that failed is closed, not reused.
+/// Records `submissions` on the writer's connection within `limit`,
+/// opening one if it has none; a connection that failed or went silent is
+/// closed, not reused.
 async fn record_on(
     pool: &PgPool,
     connection: &mut Option<PoolConnection<Postgres>>,
     submissions: &[&EventSubmission],
     existing: Existing,
+    limit: &WriteLimit,
 ) -> Result<Vec<Result<RecordOutcome, StoreError>>, NotRecorded> {
     let conn = match connection {
         Some(conn) => conn,
@@ -333,7 +412,9 @@ async fn record_on(
             connection.insert(acquired.map_err(NotRecorded::NoConnection)?)
         }
     };
-    let outcomes = record_group(conn, submissions, existing).await;
+    let outcomes = limit
+        .apply(record_group(conn, submissions, existing, limit))
+        .await;
     if outcomes.as_ref().is_err_and(lost_connection)
         && let Some(mut broken) = connection.take()
     {
@@ -343,18 +424,21 @@ async fn record_on(
 }
 
 /// Records a group of submissions on `conn`. `Ok` holds each submission's
-/// own outcome, all committed; `Err` means nothing was recorded (or, for a
-/// lost connection, that it is unknown whether the COMMIT happened).
+/// own outcome, in the group's order: each `Ok` one is committed, each
+/// `Err` one is not. `Err` means nothing was recorded (or, for a lost
+/// connection, that it is unknown whether a COMMIT happened).
 ///
 /// Submissions without an idempotency key (the common case) go in as one
 /// `INSERT`, which is its own transaction when they are all there is.
 /// Should it fail on the data (a value PostgreSQL refuses), they go one by
 /// one, so that a bad submission fails alone. Submissions with a key each
-/// claim it in a savepoint of their own, in one transaction with the rest.
+/// claim it in a savepoint of their own, in one transaction with the rest,
+/// in the order of [`in_claim_order`].
 async fn record_group(
     conn: &mut PgConnection,
     submissions: &[&EventSubmission],
     existing: Existing,
+    limit: &WriteLimit,
 ) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
     let plain: Vec<&EventSubmission> = submissions
         .iter()
@@ -368,14 +452,24 @@ async fn record_group(
             Ok(()) => Ok(vec![Ok(RecordOutcome::Recorded); plain.len()]),
             Err(error) if plain.len() > 1 && fails_on_data(&error) => {
                 let mut outcomes = Vec::with_capacity(plain.len());
-                for submission in plain {
+                for submission in &plain {
                     let outcome = insert_events(conn, &[submission], existing).await;
-                    if let Err(error) = &outcome
-                        && !fails_on_data(error)
-                    {
-                        return Err(error.clone());
+                    match outcome {
+                        Err(error) if lost_connection(&error) => {
+                            // Whether this one committed is unknown: the
+                            // group is retried, skipping what is stored.
+                            return Err(error);
+                        }
+                        Err(error) if !fails_on_data(&error) => {
+                            // Each insert here is its own transaction: the
+                            // ones before this are committed and answered
+                            // so (an error would have their clients send
+                            // them again), this one and the rest are not.
+                            outcomes.resize(plain.len(), Err(error));
+                            return Ok(outcomes);
+                        }
+                        outcome => outcomes.push(outcome.map(|()| RecordOutcome::Recorded)),
                     }
-                    outcomes.push(outcome.map(|()| RecordOutcome::Recorded));
                 }
                 Ok(outcomes)
             }
@@ -383,7 +477,10 @@ async fn record_group(
         };
     }
 
-    let mut tx = conn.begin().await.map_err(backend(RECORD))?;
+    let mut tx = conn
+        .begin_with(limit.begin.clone())
+        .await
+        .map_err(backend(RECORD))?;
     // The plain submissions first, in one statement. Should it fail on the
     // data, it is rolled back and they go one by one below.
     let mut plain_recorded = false;
@@ -401,17 +498,19 @@ async fn record_group(
         }
     }
     let alone = submissions.len() == 1;
+    // Each outcome beside its submission's place in the group.
     let mut outcomes = Vec::with_capacity(submissions.len());
-    for submission in submissions {
+    for index in in_claim_order(submissions) {
+        let submission = submissions[index];
         if plain_recorded && submission.idempotency.is_none() {
-            outcomes.push(Ok(RecordOutcome::Recorded));
+            outcomes.push((index, Ok(RecordOutcome::Recorded)));
             continue;
         }
         if alone {
             // Alone, a submission needs no savepoint: its failure is the
             // transaction's.
             let outcome = record_in(&mut tx, submission, existing).await?;
-            outcomes.push(Ok(outcome));
+            outcomes.push((index, Ok(outcome)));
             continue;
         }
         // A failing submission rolls back to its savepoint: its neighbours'
@@ -426,9 +525,35 @@ async fn record_group(
             // The connection or the database failed: so does the group.
             Err(error) => return Err(error.clone()),
         }
-        outcomes.push(outcome);
+        outcomes.push((index, outcome));
     }
     // Only a committed submission is acknowledged.
     tx.commit().await.map_err(backend(RECORD))?;
-    Ok(outcomes)
+    outcomes.sort_unstable_by_key(|&(index, _)| index);
+    Ok(outcomes.into_iter().map(|(_, outcome)| outcome).collect())
+}
+
+/// The order in which a group's submissions are recorded: those without a
+/// key first, as they came, then those with a key by account, scope and
+/// key (as they came among equal keys, so that a key's first submission
+/// claims it and a retry in the same group replays it).
+///
+/// A claim locks its key's row until the group commits, so two groups
+/// (of two writers, or of two instances) that claimed the same two keys
+/// in opposite orders would each wait for the other, and PostgreSQL would
+/// end one of them with a deadlock (`40P01`), failing every submission in
+/// it. Claimed in one order everywhere, a group only ever waits for one
+/// that holds keys ordered before its own, which never waits back.
+fn in_claim_order(submissions: &[&EventSubmission]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..submissions.len()).collect();
+    order.sort_by_cached_key(|&index| {
+        submissions[index].idempotency.as_ref().map(|claim| {
+            (
+                claim.account_id.0,
+                claim.scope.to_stored(),
+                claim.key.clone(),
+            )
+        })
+    });
+    order
 }

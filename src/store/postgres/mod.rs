@@ -61,7 +61,7 @@ use crate::store::error::StoreError;
 use crate::store::sql::group_commit::GroupQueue;
 use crate::store::sql::{Migration, backend};
 
-use self::events::spawn_group_writers;
+use self::events::{WriteLimit, spawn_group_writers};
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
 const MIGRATIONS: &[Migration] = &[
@@ -157,6 +157,23 @@ pub struct PgStoreOptions {
     /// writer waited are refused with its group. Not used by
     /// [`PgStore::from_pool_with`]. Default: 5 seconds.
     pub acquire_timeout: Duration,
+    /// How long one attempt at writing events (a group, or a `record` call
+    /// without group commit) may take before its connection is given up
+    /// as lost: a connection gone silent (a failover, a network partition)
+    /// would otherwise hold the writer, and every call queued behind it,
+    /// for as long as the operating system keeps the socket. A group given
+    /// up is retried once on a fresh connection, which finds out what the
+    /// first attempt committed (its events' uuids and claims are its own),
+    /// so a call waits at most about twice this (plus a connection's
+    /// acquire timeout) before its answer, and is answered
+    /// [`StoreError::Backend`] only if neither attempt got through. Each
+    /// transaction also sets PostgreSQL's
+    /// `idle_in_transaction_session_timeout` to this, so that one left open
+    /// by a connection gone silent is rolled back and frees its
+    /// idempotency keys for the retry. Keep it well above the slowest
+    /// commit of a full group, and twice it under the HTTP layer's request
+    /// timeout (30 s). Default: 10 seconds.
+    pub write_timeout: Duration,
 }
 
 impl Default for PgStoreOptions {
@@ -167,6 +184,7 @@ impl Default for PgStoreOptions {
             group_writers: 1,
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -190,6 +208,8 @@ pub struct PgStore {
     pool: PgPool,
     /// The queue to the group-commit writer, when it is on.
     group: Option<GroupQueue>,
+    /// How long writing events may take (without group commit).
+    write_limit: WriteLimit,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -246,19 +266,25 @@ impl PgStore {
     }
 
     /// As [`PgStore::from_pool`], with `options` (of which only
-    /// `group_commit`, `max_group_size` and `group_writers` apply).
+    /// `group_commit`, `max_group_size`, `group_writers` and
+    /// `write_timeout` apply).
     ///
     /// # Errors
     /// [`StoreError::Backend`] if the migrations fail.
     pub async fn from_pool_with(pool: PgPool, options: PgStoreOptions) -> Result<Self, StoreError> {
         migrate(&pool).await?;
+        let write_limit = WriteLimit::new(options.write_timeout);
         let group = options.group_commit.then(|| {
             let max = options.max_group_size.max(1);
             let (queue, jobs) = GroupQueue::new(max.saturating_mul(4));
-            spawn_group_writers(&pool, jobs, max, options.group_writers);
+            spawn_group_writers(&pool, jobs, max, options.group_writers, &write_limit);
             queue
         });
-        Ok(Self { pool, group })
+        Ok(Self {
+            pool,
+            group,
+            write_limit,
+        })
     }
 
     /// The pool, for the host's own health checks.

@@ -66,7 +66,8 @@ pub(crate) fn fails_on_data(error: &StoreError) -> bool {
 }
 
 /// Whether a store operation failed because its connection was lost (the
-/// server closed it, a backend was terminated, the socket broke): the same
+/// server closed it, a backend was terminated, the socket broke, or a
+/// write got no answer within its time limit, [`TimedOut`]): the same
 /// operation may then succeed on a fresh connection. A pool that could not
 /// give a connection in time is not one: the database is down or busy, and
 /// a retry would only make the caller wait longer for its 503.
@@ -75,6 +76,10 @@ pub(crate) fn lost_connection(error: &StoreError) -> bool {
     let StoreError::Backend { source, .. } = error else {
         return false;
     };
+    if source.is::<TimedOut>() {
+        // No answer in time: the connection is given up as lost.
+        return true;
+    }
     match source.downcast_ref::<sqlx::Error>() {
         Some(sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) => true,
         // SQLSTATE class 08: connection exception; 57P01 to 57P03: the
@@ -131,7 +136,8 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
-/// A readiness check that got no answer in time.
+/// A database that did not answer in time: a readiness check, or an
+/// attempt at a write past its time limit.
 #[derive(Debug, thiserror::Error)]
 #[error("the database did not answer in time")]
 pub(crate) struct TimedOut;
