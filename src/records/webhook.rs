@@ -265,6 +265,11 @@ pub struct LeasedDelivery {
     pub failing_since: Option<OffsetDateTime>,
     /// Attempts made before this one.
     pub attempts: u32,
+    /// The end of this lease, as the lease set it: the attempt's token,
+    /// handed back to [`crate::WebhookStore::finish_attempt`], so that an
+    /// attempt that outlived its lease, while another sender holds the
+    /// delivery, changes nothing of it.
+    pub leased_until: OffsetDateTime,
 }
 
 /// What an attempt came to, as kept for `GET /integrations/webhooks/{uuid}`

@@ -161,17 +161,25 @@ pub trait WebhookStore: Send + Sync {
         skip: &[WebhookId],
     ) -> Result<Vec<LeasedDelivery>, StoreError>;
 
-    /// Records an attempt and what follows it, *atomically*: the attempt
-    /// is kept, the delivery's attempt count grows by one, it becomes
-    /// `next` (its lease ends), and its webhook takes `change` as
-    /// [`WebhookChange::applied`] makes it against the webhook's
-    /// `failing_since` read in the same atomic step. Keeps at most the
-    /// last 20 attempts of each webhook. Returns the change made (`change`
-    /// applied; as applied to no `failing_since` when nothing is recorded).
+    /// Records an attempt made under the lease that ends at
+    /// `leased_until` ([`LeasedDelivery::leased_until`]) and what follows
+    /// it, *atomically*: the attempt is kept, the delivery's attempt count
+    /// grows by one, it becomes `next` (its lease ends), and its webhook
+    /// takes `change` as [`WebhookChange::applied`] makes it against the
+    /// webhook's `failing_since` read in the same atomic step. Keeps at
+    /// most the last 20 attempts of each webhook. Returns the change made
+    /// (`change` applied; as applied to no `failing_since` when nothing is
+    /// recorded).
+    ///
     /// Nothing is recorded for a delivery that is gone (deleted with its
-    /// webhook while the attempt ran) or no longer pending (another sender
-    /// leased it once this attempt's lease ran out, and ended it first): a
-    /// late attempt never turns a delivered delivery into a failed one.
+    /// webhook while the attempt ran), no longer pending (another sender
+    /// leased it once this attempt's lease ran out, and ended it first: a
+    /// late attempt never turns a delivered delivery into a failed one),
+    /// or leased again (it has a lease, and that lease does not end at
+    /// `leased_until`: another sender holds it, and a late attempt must
+    /// not end that lease, so that a third sender could lease the delivery
+    /// while the second still sends it). A delivery with no lease (its
+    /// holder finished it, and it waits for a retry) takes the attempt.
     ///
     /// # Errors
     /// `Backend` on failure (then nothing changed; the lease runs out and
@@ -179,6 +187,7 @@ pub trait WebhookStore: Send + Sync {
     async fn finish_attempt(
         &self,
         attempt: &AttemptRecord,
+        leased_until: OffsetDateTime,
         next: DeliveryNext,
         change: WebhookChange,
     ) -> Result<WebhookChange, StoreError>;

@@ -207,7 +207,7 @@ impl Gateway {
         let change = self
             .stores
             .webhooks
-            .finish_attempt(&attempt, next, change)
+            .finish_attempt(&attempt, leased.leased_until, next, change)
             .await?;
         let label = match next {
             DeliveryNext::Delivered => "delivered",

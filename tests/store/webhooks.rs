@@ -62,7 +62,12 @@ pub(crate) async fn check_queues_after_upgrade(
         duration_ms: 5,
     };
     store
-        .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
+        .finish_attempt(
+            &attempt,
+            now + Duration::seconds(30),
+            DeliveryNext::Delivered,
+            WebhookChange::Succeeded,
+        )
         .await
         .expect("finish_attempt");
     assert_eq!(
@@ -111,6 +116,7 @@ pub(crate) async fn check_queue_heads_repaired(
     store
         .finish_attempt(
             &delivered,
+            start() + Duration::milliseconds(500),
             DeliveryNext::Delivered,
             WebhookChange::Succeeded,
         )
@@ -279,6 +285,7 @@ pub(crate) async fn write_before_restart(store: &dyn WebhookStore) -> Written {
     store
         .finish_attempt(
             &attempt,
+            start() + Duration::seconds(60),
             DeliveryNext::RetryAt(start() + Duration::seconds(120)),
             WebhookChange::Failing(attempt.at),
         )
@@ -427,7 +434,12 @@ pub(crate) async fn race_two_instances(instances: [Arc<dyn WebhookStore>; 2]) {
                 duration_ms: 3,
             };
             instances[1]
-                .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
+                .finish_attempt(
+                    &attempt,
+                    until,
+                    DeliveryNext::Delivered,
+                    WebhookChange::Succeeded,
+                )
                 .await
                 .expect("finish_attempt");
         }
@@ -808,7 +820,12 @@ mod postgres {
                 };
                 tokio::spawn(async move {
                     store
-                        .finish_attempt(&record, DeliveryNext::Delivered, WebhookChange::Succeeded)
+                        .finish_attempt(
+                            &record,
+                            now + Duration::seconds(30),
+                            DeliveryNext::Delivered,
+                            WebhookChange::Succeeded,
+                        )
                         .await
                         .expect("finish_attempt");
                 })

@@ -266,10 +266,13 @@ impl WebhookStore for CountingWebhooks {
     async fn finish_attempt(
         &self,
         attempt: &AttemptRecord,
+        leased_until: OffsetDateTime,
         next: DeliveryNext,
         change: WebhookChange,
     ) -> Result<WebhookChange, StoreError> {
-        self.inner.finish_attempt(attempt, next, change).await
+        self.inner
+            .finish_attempt(attempt, leased_until, next, change)
+            .await
     }
 
     async fn recent_attempts(

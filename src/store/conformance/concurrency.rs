@@ -379,7 +379,12 @@ pub(super) async fn check_concurrent_leases(store: Arc<dyn WebhookStore>) {
                 tokio::spawn(async move {
                     let attempt = webhooks::attempt(&delivery, now, Some(200));
                     store
-                        .finish_attempt(&attempt, DeliveryNext::Delivered, WebhookChange::Succeeded)
+                        .finish_attempt(
+                            &attempt,
+                            until,
+                            DeliveryNext::Delivered,
+                            WebhookChange::Succeeded,
+                        )
                         .await
                 })
             })

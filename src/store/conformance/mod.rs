@@ -133,6 +133,7 @@ pub async fn check_webhook_store(store: Arc<dyn WebhookStore>) {
     webhook_deliveries::check_lease_eligibility(&*store).await;
     webhook_deliveries::check_attempts(&*store).await;
     webhook_deliveries::check_late_attempt_on_an_ended_delivery(&*store).await;
+    webhook_deliveries::check_late_attempt_beside_a_live_lease(&*store).await;
     webhook_deliveries::check_failing_and_switch_off(&*store).await;
     webhook_deliveries::check_switch_off_against_the_stored_failures(&*store).await;
     webhook_deliveries::check_pending_and_states(&*store).await;

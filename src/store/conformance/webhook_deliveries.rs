@@ -14,8 +14,8 @@ use crate::store::webhooks::WebhookStore;
 
 use super::fixtures::{base_time, new_account, new_delivery, new_url, new_webhook};
 use super::webhooks::{
-    ANY, KEPT, LEASE, NOTHING, at, attempt, dispatch, finish, found, ids, insert, lease, mine,
-    remove, state_of,
+    ANY, KEPT, LEASE, NOTHING, at, attempt, dispatch, finish, found, ids, insert, latest_lease,
+    lease, mine, remove, state_of,
 };
 
 /// A lease takes the first pending delivery of each contact to a webhook,
@@ -46,6 +46,7 @@ pub(super) async fn check_lease_order(store: &dyn WebhookStore) {
             secret_salt: webhook.secret_salt,
             failing_since: None,
             attempts: 0,
+            leased_until: at(0) + LEASE,
         },
         "a leased delivery reads back as dispatched, with its webhook's URL and salt"
     );
@@ -246,6 +247,7 @@ pub(super) async fn check_late_attempt_on_an_ended_delivery(store: &dyn WebhookS
     let late = store
         .finish_attempt(
             &attempt(&delivery, at(41), None),
+            at(0) + LEASE,
             DeliveryNext::Failed,
             WebhookChange::SwitchOffIfFailingSince(at(41)),
         )
@@ -261,6 +263,78 @@ pub(super) async fn check_late_attempt_on_an_ended_delivery(store: &dyn WebhookS
     assert_eq!(
         (kept.status, kept.failing_since),
         (WebhookStatus::Active, None)
+    );
+    remove(store, &[&webhook]).await;
+}
+
+/// An attempt that outlived its lease, finished while another sender
+/// holds the delivery under a lease of its own, changes nothing: the
+/// delivery stays leased to the second sender (a third leases nothing
+/// beside it), with its attempts and due time as they were, the attempt
+/// is not kept, and the webhook is not marked failing. The second
+/// sender's attempt is recorded as usual.
+pub(super) async fn check_late_attempt_beside_a_live_lease(store: &dyn WebhookStore) {
+    let webhook = new_webhook(new_account(), &new_url());
+    insert(store, &webhook).await;
+    let delivery = new_delivery(&webhook, "held@example.com");
+    dispatch(store, std::slice::from_ref(&delivery)).await;
+    let first = lease(store, at(0), &[&webhook]).await;
+    assert_eq!(ids(&first), [delivery.id]);
+    let second = lease(store, at(0) + LEASE + Duration::seconds(1), &[&webhook]).await;
+    assert_eq!(ids(&second), [delivery.id], "the first lease ran out");
+    assert_ne!(first[0].leased_until, second[0].leased_until);
+
+    let late = store
+        .finish_attempt(
+            &attempt(&delivery, at(35), None),
+            first[0].leased_until,
+            DeliveryNext::RetryAt(at(36)),
+            WebhookChange::Failing(at(35)),
+        )
+        .await
+        .expect("finish_attempt");
+    assert_eq!(
+        late,
+        WebhookChange::Failing(at(35)),
+        "as applied to nothing"
+    );
+    assert_eq!(
+        ids(&lease(store, at(40), &[&webhook]).await),
+        NOTHING,
+        "the second sender's lease stands: no third sender beside it"
+    );
+    assert_eq!(
+        state_of(store, &delivery).await,
+        Some((DeliveryState::Pending, 0)),
+        "the late attempt is not counted"
+    );
+    let kept = store
+        .recent_attempts(webhook.id, ANY)
+        .await
+        .expect("recent_attempts");
+    assert!(kept.is_empty(), "nor kept: {kept:?}");
+    assert_eq!(found(store, webhook.id).await.failing_since, None);
+
+    let done = attempt(&delivery, at(45), Some(200));
+    store
+        .finish_attempt(
+            &done,
+            second[0].leased_until,
+            DeliveryNext::Delivered,
+            WebhookChange::Succeeded,
+        )
+        .await
+        .expect("finish_attempt");
+    assert_eq!(
+        state_of(store, &delivery).await,
+        Some((DeliveryState::Delivered, 1))
+    );
+    assert_eq!(
+        store
+            .recent_attempts(webhook.id, ANY)
+            .await
+            .expect("recent_attempts"),
+        [done]
     );
     remove(store, &[&webhook]).await;
 }
@@ -286,6 +360,7 @@ pub(super) async fn check_attempts(store: &dyn WebhookStore) {
         store
             .finish_attempt(
                 &record,
+                latest_lease(&delivery),
                 DeliveryNext::RetryAt(at(n + 1)),
                 WebhookChange::Failing(at(0)),
             )
@@ -317,6 +392,7 @@ pub(super) async fn check_attempts(store: &dyn WebhookStore) {
     store
         .finish_attempt(
             &delivered,
+            latest_lease(&beside),
             DeliveryNext::Delivered,
             WebhookChange::Succeeded,
         )
@@ -506,6 +582,7 @@ pub(super) async fn check_pending_and_states(store: &dyn WebhookStore) {
     store
         .finish_attempt(
             &attempt(&unknown, at(2), Some(200)),
+            latest_lease(&unknown),
             DeliveryNext::Delivered,
             WebhookChange::Succeeded,
         )
@@ -626,6 +703,7 @@ pub(super) async fn check_deletion_takes_deliveries(store: &dyn WebhookStore) {
     store
         .finish_attempt(
             &attempt(&leased, at(3), Some(200)),
+            latest_lease(&leased),
             DeliveryNext::Delivered,
             WebhookChange::Succeeded,
         )
@@ -661,9 +739,10 @@ pub(super) async fn check_switch_off_against_the_stored_failures(store: &dyn Web
     let finished = |delivery: &Delivery, seconds: i64, change: WebhookChange| {
         let record = attempt(delivery, at(seconds), Some(500));
         let next = DeliveryNext::RetryAt(at(seconds + 1000));
+        let leased_until = latest_lease(delivery);
         async move {
             store
-                .finish_attempt(&record, next, change)
+                .finish_attempt(&record, leased_until, next, change)
                 .await
                 .expect("finish_attempt")
         }

@@ -8,6 +8,9 @@
 //! ([`mine`]); and it deletes its webhooks at its end, so that nothing it
 //! left is due in the next.
 
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
 use time::{Duration, OffsetDateTime};
 
 use crate::random::{OsRandom, random_uuid};
@@ -81,6 +84,12 @@ pub(super) fn ids(leased: &[LeasedDelivery]) -> Vec<DeliveryId> {
     leased.iter().map(|leased| leased.delivery.id).collect()
 }
 
+/// The end of the latest lease [`lease`] took of each delivery, so that
+/// [`finish`] records an attempt under it as its sender would. Shared by
+/// every check (delivery ids are unique), as checks of several stores run
+/// at once.
+static LEASES: Mutex<BTreeMap<DeliveryId, OffsetDateTime>> = Mutex::new(BTreeMap::new());
+
 /// Leases at `now`, for [`LEASE`], everything due, skipping nothing; the
 /// deliveries to `webhooks`.
 pub(super) async fn lease(
@@ -92,7 +101,21 @@ pub(super) async fn lease(
         .lease_deliveries(now, now + LEASE, ANY, &[])
         .await
         .expect("lease_deliveries");
+    let mut leases = LEASES.lock().unwrap_or_else(PoisonError::into_inner);
+    for taken in &leased {
+        assert_eq!(taken.leased_until, now + LEASE, "a lease carries its end");
+        leases.insert(taken.delivery.id, taken.leased_until);
+    }
+    drop(leases);
     mine(leased, webhooks)
+}
+
+/// The end of the latest lease [`lease`] took of `delivery`; for one it
+/// never leased, any time (a delivery without a lease takes any
+/// attempt, as a retry's state is set here without a sender).
+pub(super) fn latest_lease(delivery: &Delivery) -> OffsetDateTime {
+    let leases = LEASES.lock().unwrap_or_else(PoisonError::into_inner);
+    leases.get(&delivery.id).copied().unwrap_or_else(base_time)
 }
 
 /// An attempt at `delivery` made at `at`, answered `status`.
@@ -115,8 +138,8 @@ pub(super) fn attempt(
     }
 }
 
-/// Records an attempt at `delivery` at `at`, followed by `next` and
-/// `change`.
+/// Records an attempt at `delivery` at `at`, under its latest lease,
+/// followed by `next` and `change`.
 pub(super) async fn finish(
     store: &dyn WebhookStore,
     delivery: &Delivery,
@@ -130,7 +153,12 @@ pub(super) async fn finish(
         DeliveryNext::RetryAt(_) => Some(503),
     };
     store
-        .finish_attempt(&attempt(delivery, at, status), next, change)
+        .finish_attempt(
+            &attempt(delivery, at, status),
+            latest_lease(delivery),
+            next,
+            change,
+        )
         .await
         .expect("finish_attempt");
 }

@@ -292,6 +292,7 @@ impl WebhookStore for MemoryWebhookStore {
                     failing_since: webhook.failing_since,
                     delivery,
                     attempts,
+                    leased_until: lease_until,
                 });
             }
         }
@@ -301,25 +302,23 @@ impl WebhookStore for MemoryWebhookStore {
     async fn finish_attempt(
         &self,
         attempt: &AttemptRecord,
+        leased_until: OffsetDateTime,
         next: DeliveryNext,
         change: WebhookChange,
     ) -> Result<WebhookChange, StoreError> {
         let mut state = lock(&self.state);
-        let pending = |number: &u64| {
-            state
-                .deliveries
-                .get(number)
-                .is_some_and(|outboxed| outboxed.state == DeliveryState::Pending)
+        let held = |number: &u64| {
+            state.deliveries.get(number).is_some_and(|outboxed| {
+                outboxed.state == DeliveryState::Pending
+                    && outboxed
+                        .leased_until
+                        .is_none_or(|until| until == leased_until)
+            })
         };
-        let Some(number) = state
-            .by_id
-            .get(&attempt.delivery_id)
-            .copied()
-            .filter(pending)
-        else {
-            // Deleted with its webhook while the attempt ran, or ended by
-            // another sender that leased it once this one's lease ran out:
-            // nothing to keep, the delivery is left as it is.
+        let Some(number) = state.by_id.get(&attempt.delivery_id).copied().filter(held) else {
+            // Deleted with its webhook while the attempt ran, or leased by
+            // another sender once this one's lease ran out (and perhaps
+            // ended by it): nothing to keep, the delivery is left as it is.
             return Ok(change.applied(None, attempt.at));
         };
         if let Some(outboxed) = state.deliveries.get_mut(&number) {

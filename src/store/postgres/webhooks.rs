@@ -321,7 +321,7 @@ impl WebhookStore for PgStore {
             let columns = Columns::new(row, ACTION);
             let due = columns.time("next_attempt_at")?;
             let number = columns.integer("number")?;
-            leased.push(((due, number), leased_from(&columns)?));
+            leased.push(((due, number), leased_from(&columns, lease_until)?));
         }
         leased.sort_by_key(|(order, _)| *order);
         Ok(leased.into_iter().map(|(_, delivery)| delivery).collect())
@@ -330,6 +330,7 @@ impl WebhookStore for PgStore {
     async fn finish_attempt(
         &self,
         attempt: &AttemptRecord,
+        leased_until: OffsetDateTime,
         next: DeliveryNext,
         change: WebhookChange,
     ) -> Result<WebhookChange, StoreError> {
@@ -340,19 +341,21 @@ impl WebhookStore for PgStore {
             "UPDATE webhook_deliveries SET attempts = attempts + 1, leased_until = NULL,
                  state = COALESCE($1, state), finished_at = COALESCE($2, finished_at),
                  next_attempt_at = COALESCE($3, next_attempt_at)
-             WHERE id = $4 AND state = 'pending'",
+             WHERE id = $4 AND state = 'pending'
+               AND (leased_until IS NULL OR leased_until = $5)",
         )
         .bind(next.state)
         .bind(next.finished_at)
         .bind(next.next_attempt_at)
         .bind(attempt.delivery_id.0)
+        .bind(leased_until)
         .execute(&mut *tx)
         .await
         .map_err(backend(ACTION))?;
         if done.rows_affected() == 0 {
-            // Deleted with its webhook while the attempt ran, or ended by
-            // another sender that leased it once this one's lease ran out:
-            // nothing to keep, the delivery is left as it is.
+            // Deleted with its webhook while the attempt ran, or leased by
+            // another sender once this one's lease ran out (and perhaps
+            // ended by it): nothing to keep, the delivery is left as it is.
             return Ok(change.applied(None, attempt.at));
         }
         // The head of the delivery's queue (migration 0011): its contact's

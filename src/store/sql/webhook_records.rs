@@ -120,15 +120,19 @@ pub(crate) fn delivery_from(c: &impl RecordColumns) -> Result<Delivery, StoreErr
     })
 }
 
-/// A leased delivery from its row joined with its webhook's `url`,
-/// `secret_salt` and `failing_since`.
-pub(crate) fn leased_from(c: &impl RecordColumns) -> Result<LeasedDelivery, StoreError> {
+/// A delivery leased until `leased_until`, from its row joined with its
+/// webhook's `url`, `secret_salt` and `failing_since`.
+pub(crate) fn leased_from(
+    c: &impl RecordColumns,
+    leased_until: OffsetDateTime,
+) -> Result<LeasedDelivery, StoreError> {
     Ok(LeasedDelivery {
         delivery: delivery_from(c)?,
         url: c.text("url")?,
         secret_salt: secret_salt(c)?,
         failing_since: c.optional_time("failing_since")?,
         attempts: bounded(c, "attempts", c.integer("attempts")?)?,
+        leased_until,
     })
 }
 

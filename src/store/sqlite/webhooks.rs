@@ -276,7 +276,7 @@ impl WebhookStore for SqliteStore {
         for row in rows {
             let columns = Columns::new(row, ACTION);
             numbers.push(columns.get::<i64>("number")?);
-            leased.push(leased_from(&columns)?);
+            leased.push(leased_from(&columns, lease_until)?);
         }
         if leased.is_empty() {
             return Ok(leased);
@@ -297,6 +297,7 @@ impl WebhookStore for SqliteStore {
     async fn finish_attempt(
         &self,
         attempt: &AttemptRecord,
+        leased_until: OffsetDateTime,
         next: DeliveryNext,
         change: WebhookChange,
     ) -> Result<WebhookChange, StoreError> {
@@ -307,19 +308,21 @@ impl WebhookStore for SqliteStore {
             "UPDATE webhook_deliveries SET attempts = attempts + 1, leased_until = NULL,
                  state = COALESCE(?, state), finished_at = COALESCE(?, finished_at),
                  next_attempt_at = COALESCE(?, next_attempt_at)
-             WHERE id = ? AND state = 'pending'",
+             WHERE id = ? AND state = 'pending'
+               AND (leased_until IS NULL OR leased_until = ?)",
         )
         .bind(next.state)
         .bind(opt_micros(next.finished_at)?)
         .bind(opt_micros(next.next_attempt_at)?)
         .bind(uuid_text(attempt.delivery_id.0))
+        .bind(micros(leased_until)?)
         .execute(&mut *tx)
         .await
         .map_err(backend(ACTION))?;
         if done.rows_affected() == 0 {
-            // Deleted with its webhook while the attempt ran, or ended by
-            // another sender that leased it once this one's lease ran out:
-            // nothing to keep, the delivery is left as it is.
+            // Deleted with its webhook while the attempt ran, or leased by
+            // another sender once this one's lease ran out (and perhaps
+            // ended by it): nothing to keep, the delivery is left as it is.
             return Ok(change.applied(None, attempt.at));
         }
         // The head of the delivery's queue (migration 0009): its contact's
