@@ -19,13 +19,18 @@
 //! stream's duplicate window is the idempotency retention. A retry within
 //! the window is acknowledged as a duplicate with the first message's
 //! sequence; that message is read back and the retry answered with its
-//! `event_uuid`s, or refused if its fingerprint differs.
+//! `event_uuid`s, or refused if its fingerprint differs. A claim expired
+//! by its own time (the retention) frees the key even while the window,
+//! counted from when JetStream stored the message, still holds its id: a
+//! new request then goes out under an id of the key's next generation
+//! (the id before it and that claim's expiry).
 
 use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, stream};
 use async_trait::async_trait;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
@@ -264,6 +269,60 @@ impl NatsEventSink {
     }
 }
 
+impl NatsEventSink {
+    /// Publishes `body`, `submission`'s events, to `subject` under
+    /// `message_id`, and waits for JetStream's acknowledgement.
+    async fn publish(
+        &self,
+        subject: &str,
+        message_id: &str,
+        submission: &EventSubmission,
+        body: Bytes,
+    ) -> Result<jetstream::publish::PublishAck, StoreError> {
+        const ACTION: &str = "publish events to JetStream";
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", message_id);
+        headers.insert(EVENT_COUNT, submission.events.len().to_string().as_str());
+        if let Some(claim) = &submission.idempotency {
+            headers.insert(FINGERPRINT, hex(&claim.fingerprint).as_str());
+            headers.insert(
+                EXPIRES_AT,
+                claim.expires_at.unix_timestamp().to_string().as_str(),
+            );
+        }
+        // Refused at once while the client is not connected: a message
+        // published then waits in the client's buffer and goes out once it
+        // reconnects, after this call has answered that nothing was
+        // recorded, and a caller's retry would be recorded beside it.
+        // (Should the connection drop between this check and the publish,
+        // or the acknowledgement be late, that can still happen; an
+        // `Idempotency-Key` makes the retry safe.)
+        let state = self.jetstream.client().connection_state();
+        if state != async_nats::connection::State::Connected {
+            return Err(backend(ACTION, "not connected to the NATS server"));
+        }
+        let publish = async {
+            let ack = self
+                .jetstream
+                .publish_with_headers(subject.to_owned(), headers, body)
+                .await
+                .map_err(|error| backend(ACTION, error))?;
+            // Stored once acked; on disk as the server's `sync_interval`
+            // says (docs/intake.md, "The JetStream sink").
+            ack.await.map_err(|error| backend(ACTION, error))
+        };
+        tokio::time::timeout(self.options.timeout, publish)
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not acknowledge in time"))?
+    }
+}
+
+/// How many generations of one idempotency key's claims a submission
+/// passes, each expired by its own time while JetStream still holds its
+/// message id (a duplicate window a few times the retention), before it
+/// is refused as a backend failure.
+const MAX_CLAIM_GENERATIONS: usize = 8;
+
 /// The hash that names a claim: account, scope and key, in hex.
 fn claim_hash(claim: &IdempotencyClaim) -> String {
     let mut hasher = Sha256::new();
@@ -283,6 +342,20 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
+/// When the claim a message carries expires (Unix seconds).
+fn expiry_of(message: &jetstream::message::StreamMessage) -> Result<i64, StoreError> {
+    message
+        .headers
+        .get(EXPIRES_AT)
+        .and_then(|value| value.as_str().parse().ok())
+        .ok_or_else(|| {
+            backend(
+                "read an idempotency claim",
+                "a claim's message has no expiry",
+            )
+        })
+}
+
 /// What a claim's first message answers `claim`: its `event_uuid`s if the
 /// fingerprints match, else a reused key; `None` if it expired.
 fn outcome_for(
@@ -290,18 +363,15 @@ fn outcome_for(
     claim: &IdempotencyClaim,
 ) -> Result<Option<RecordOutcome>, StoreError> {
     const ACTION: &str = "read an idempotency claim";
+    if expiry_of(message)? <= claim.created_at.unix_timestamp() {
+        return Ok(None);
+    }
     let header = |name: &str| {
         message
             .headers
             .get(name)
             .map(|value| value.as_str().to_owned())
     };
-    let expires_at: i64 = header(EXPIRES_AT)
-        .and_then(|text| text.parse().ok())
-        .ok_or_else(|| backend(ACTION, "a claim's message has no expiry"))?;
-    if expires_at <= claim.created_at.unix_timestamp() {
-        return Ok(None);
-    }
     if header(FINGERPRINT).as_deref() != Some(hex(&claim.fingerprint).as_str()) {
         return Ok(Some(RecordOutcome::KeyReused));
     }
@@ -328,63 +398,46 @@ impl EventSink for NatsEventSink {
 
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
         const ACTION: &str = "publish events to JetStream";
-        let Some((subject, message_id)) = self.address(submission) else {
+        let Some((subject, mut message_id)) = self.address(submission) else {
             return Ok(RecordOutcome::Recorded);
         };
-        let body = serde_json::to_vec(&Message {
+        let body: Bytes = serde_json::to_vec(&Message {
             batch_uuid: submission.batch_uuid,
             events: submission.events.clone(),
         })
-        .map_err(|error| backend(ACTION, error))?;
-        let mut headers = HeaderMap::new();
-        headers.insert("Nats-Msg-Id", message_id.as_str());
-        headers.insert(EVENT_COUNT, submission.events.len().to_string().as_str());
-        if let Some(claim) = &submission.idempotency {
-            headers.insert(FINGERPRINT, hex(&claim.fingerprint).as_str());
-            headers.insert(
-                EXPIRES_AT,
-                claim.expires_at.unix_timestamp().to_string().as_str(),
-            );
-        }
-        // Refused at once while the client is not connected: a message
-        // published then waits in the client's buffer and goes out once it
-        // reconnects, after this call has answered that nothing was
-        // recorded, and a caller's retry would be recorded beside it.
-        // (Should the connection drop between this check and the publish,
-        // or the acknowledgement be late, that can still happen; an
-        // `Idempotency-Key` makes the retry safe.)
-        let state = self.jetstream.client().connection_state();
-        if state != async_nats::connection::State::Connected {
-            return Err(backend(ACTION, "not connected to the NATS server"));
-        }
-        let publish = async {
+        .map_err(|error| backend(ACTION, error))?
+        .into();
+        for _ in 0..MAX_CLAIM_GENERATIONS {
             let ack = self
-                .jetstream
-                .publish_with_headers(subject, headers, body.into())
-                .await
-                .map_err(|error| backend(ACTION, error))?;
-            // Stored once acked; on disk as the server's `sync_interval`
-            // says (docs/intake.md, "The JetStream sink").
-            ack.await.map_err(|error| backend(ACTION, error))
-        };
-        let ack = tokio::time::timeout(self.options.timeout, publish)
-            .await
-            .map_err(|_| backend(ACTION, "JetStream did not acknowledge in time"))??;
-        if !ack.duplicate {
-            return Ok(RecordOutcome::Recorded);
-        }
-        match &submission.idempotency {
-            Some(claim) => {
-                let original = self
-                    .message(ack.sequence)
-                    .await?
-                    .ok_or_else(|| backend(ACTION, "the first message of a key is gone"))?;
-                // Within the duplicate window the claim holds.
-                Ok(outcome_for(&original, claim)?.unwrap_or(RecordOutcome::KeyReused))
+                .publish(&subject, &message_id, submission, body.clone())
+                .await?;
+            if !ack.duplicate {
+                return Ok(RecordOutcome::Recorded);
             }
-            // The first event's uuid was published before.
-            None => Err(StoreError::Duplicate { what: "event" }),
+            let Some(claim) = &submission.idempotency else {
+                // The first event's uuid was published before.
+                return Err(StoreError::Duplicate { what: "event" });
+            };
+            let original = self
+                .message(ack.sequence)
+                .await?
+                .ok_or_else(|| backend(ACTION, "the first message of a key is gone"))?;
+            if let Some(outcome) = outcome_for(&original, claim)? {
+                return Ok(outcome);
+            }
+            // The key's claim has expired by the time it carries (the
+            // gateway's retention), yet JetStream still holds its id: its
+            // duplicate window counts from when it stored the message, and
+            // may be longer than the retention. The key is free, as it is
+            // on the other stores: this claim goes out under an id of its
+            // own generation, named after the expiry of the one before, so
+            // that a retry of it meets it the same way.
+            message_id = format!("{message_id}:{}", expiry_of(&original)?);
         }
+        Err(backend(
+            ACTION,
+            "an idempotency key's claims outlived the stream's duplicate window many times over",
+        ))
     }
 
     async fn check_claim(

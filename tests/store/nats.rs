@@ -326,6 +326,81 @@ async fn a_long_read_spans_several_fetches() {
     stream.done().await;
 }
 
+/// A key whose claim expired by its own time (the retention it carries)
+/// is free, as on the other stores, even while JetStream's duplicate
+/// window, counted from when it stored the first message, still holds the
+/// message id: the new request is recorded, under an id of the claim's
+/// next generation; its retries replay it, another body is refused, and
+/// once that claim expires too, a third generation is recorded.
+#[tokio::test]
+async fn an_expired_key_is_recorded_again_within_the_duplicate_window() {
+    let stream = TestStream::new().await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let in_generation = |generation: i64, fingerprint: u8| {
+        let mut claim = claim(account, "renewed", fingerprint);
+        let shift = time::Duration::hours(24 * generation);
+        claim.created_at += shift;
+        claim.expires_at += shift;
+        claim
+    };
+    let submission = |generation: i64, fingerprint: u8, n: usize| EventSubmission {
+        events: vec![event(account, n)],
+        batch_uuid: None,
+        idempotency: Some(in_generation(generation, fingerprint)),
+    };
+    let first = submission(0, 1, 1);
+    assert_eq!(
+        stream.sink.record(&first).await.unwrap(),
+        RecordOutcome::Recorded
+    );
+    // Made as the first claim expires, with another body.
+    let second = submission(1, 2, 2);
+    assert_eq!(
+        stream.sink.record(&second).await.unwrap(),
+        RecordOutcome::Recorded,
+        "an expired key is free"
+    );
+    let replay = |recorded: &EventSubmission| RecordOutcome::Replayed {
+        event_uuids: vec![recorded.events[0].event_uuid],
+        batch_uuid: None,
+    };
+    assert_eq!(
+        stream.sink.record(&submission(1, 2, 3)).await.unwrap(),
+        replay(&second),
+        "a retry of the new request replays it"
+    );
+    assert_eq!(
+        stream.sink.record(&submission(1, 3, 4)).await.unwrap(),
+        RecordOutcome::KeyReused,
+        "the new claim holds against another body"
+    );
+    assert_eq!(
+        stream.sink.check_claim(&in_generation(1, 2)).await.unwrap(),
+        Some(replay(&second))
+    );
+    let third = submission(2, 5, 5);
+    assert_eq!(
+        stream.sink.record(&third).await.unwrap(),
+        RecordOutcome::Recorded,
+        "and expires in its turn"
+    );
+    assert_eq!(
+        stream.sink.record(&submission(2, 5, 6)).await.unwrap(),
+        replay(&third)
+    );
+    let page = stream
+        .sink
+        .read_after(&FeedCursor::start(), 10)
+        .await
+        .unwrap();
+    let recorded: Vec<_> = [&first, &second, &third]
+        .iter()
+        .map(|submission| submission.events[0].clone())
+        .collect();
+    assert_eq!(page.events, recorded, "one message per generation");
+    stream.done().await;
+}
+
 #[tokio::test]
 async fn an_idempotency_key_replays_its_first_uuids_and_refuses_another_body() {
     let stream = TestStream::new().await;
