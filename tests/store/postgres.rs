@@ -739,6 +739,28 @@ async fn until_a_claim_waits(pool: &PgPool, schema: &str) {
     panic!("no claim of the store's waited for the held one");
 }
 
+/// Holds `store`'s group writer: another instance holds the claim of `w`
+/// (the transaction returned), and the store's submission claiming it
+/// (the task returned) waits for it, so that what is recorded next queues
+/// behind it, to be written as one group once `w` is let go.
+async fn hold_the_writer(
+    schema: &TestSchema,
+    store: &Arc<PgStore>,
+    other: &PgPool,
+    account: AccountId,
+) -> (
+    sqlx::Transaction<'static, sqlx::Postgres>,
+    tokio::task::JoinHandle<Result<RecordOutcome, StoreError>>,
+) {
+    let holding = hold_a_claim(other, account, "w").await;
+    let first = tokio::spawn({
+        let store = Arc::clone(store);
+        async move { store.record(&keyed(account, "w", 0)).await }
+    });
+    until_a_claim_waits(other, schema.name()).await;
+    (holding, first)
+}
+
 /// Queues `submissions` on `store` in their order, then waits for each
 /// one's outcome: held behind a group, they are written as one group.
 async fn queue_in_order<F>(record: F) -> F::Output
@@ -770,13 +792,8 @@ async fn a_group_claims_its_keys_in_one_order_and_never_deadlocks() {
         let other = schema.pool().await;
         let account = AccountId(random_uuid(&OsRandom));
         // The writer is held on `w` while `b` and `a` queue behind it.
-        let holding_w = hold_a_claim(&other, account, "w").await;
         let mut holding_a = hold_a_claim(&other, account, "a").await;
-        let first = tokio::spawn({
-            let store = store.clone();
-            async move { store.record(&keyed(account, "w", 0)).await }
-        });
-        until_a_claim_waits(&other, schema.name()).await;
+        let (holding_w, first) = hold_the_writer(&schema, &store, &other, account).await;
         let (b, a) = (keyed(account, "b", 1), keyed(account, "a", 2));
         let group = queue_in_order(async {
             let both = tokio::join!(store.record(&b), store.record(&a));
@@ -842,12 +859,7 @@ async fn a_group_failing_one_by_one_answers_what_it_committed_as_recorded() {
         .await
         .expect("the trigger");
         let account = AccountId(random_uuid(&OsRandom));
-        let holding_w = hold_a_claim(&other, account, "w").await;
-        let first = tokio::spawn({
-            let store = store.clone();
-            async move { store.record(&keyed(account, "w", 0)).await }
-        });
-        until_a_claim_waits(&other, schema.name()).await;
+        let (holding_w, first) = hold_the_writer(&schema, &store, &other, account).await;
         let good = single(event(account, 1));
         let mut refused = single(event(account, 2));
         refused.events[0].email = "nul\u{0}@example.com".into();
