@@ -838,7 +838,8 @@ async fn a_group_claims_its_keys_in_one_order_and_never_deadlocks() {
 /// its submissions go one by one, each its own transaction. Should one of
 /// those then fail on the database's side (here a trigger raising
 /// `disk_full`), the ones committed before it are answered recorded, not
-/// with its error: their clients would send them again.
+/// with its error (their clients would send them again), and the ones
+/// after it are not tried: they are answered with its error, unstored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_failing_one_by_one_answers_what_it_committed_as_recorded() {
     in_schema(|schema| async move {
@@ -865,17 +866,20 @@ async fn a_group_failing_one_by_one_answers_what_it_committed_as_recorded() {
         refused.events[0].email = "nul\u{0}@example.com".into();
         let mut failing = single(event(account, 3));
         failing.events[0].email = "full@example.com".into();
+        let after = single(event(account, 4));
         let group = queue_in_order(async {
             tokio::join!(
                 store.record(&good),
                 store.record(&refused),
-                store.record(&failing)
+                store.record(&failing),
+                store.record(&after)
             )
         });
         let release = async {
             holding_w.rollback().await.expect("let `w` go");
         };
-        let ((good_outcome, refused_outcome, failing_outcome), ()) = tokio::join!(group, release);
+        let ((good_outcome, refused_outcome, failing_outcome, after_outcome), ()) =
+            tokio::join!(group, release);
         first.await.expect("task").expect("record `w`");
         assert_eq!(
             good_outcome.expect("committed before the failure"),
@@ -892,17 +896,21 @@ async fn a_group_failing_one_by_one_answers_what_it_committed_as_recorded() {
             matches!(refused_outcome, Err(StoreError::Rejected { .. })),
             "{refused_outcome:?}"
         );
-        match failing_outcome {
-            Err(error @ StoreError::Backend { .. }) => assert!(error.is_retryable(), "{error:?}"),
-            other => panic!("the trigger's failure is the database's, got {other:?}"),
+        for (outcome, submission) in [(failing_outcome, &failing), (after_outcome, &after)] {
+            match outcome {
+                Err(error @ StoreError::Backend { .. }) => {
+                    assert!(error.is_retryable(), "{error:?}");
+                }
+                other => panic!("the trigger's failure is the database's, got {other:?}"),
+            }
+            assert_eq!(
+                store
+                    .find_event(submission.events[0].event_uuid)
+                    .await
+                    .expect("find"),
+                None
+            );
         }
-        assert_eq!(
-            store
-                .find_event(failing.events[0].event_uuid)
-                .await
-                .expect("find"),
-            None
-        );
         other.close().await;
     })
     .await;
@@ -967,6 +975,70 @@ async fn a_write_whose_answer_is_lost_is_tried_again_and_recorded_once() {
                 RecordOutcome::Recorded
             );
         }
+    })
+    .await;
+}
+
+/// A group that fell back to one insert at a time, one of which was
+/// committed and its answer then lost (the connection broken right after
+/// the insert reached the server, or silent after it), is tried again
+/// whole on a fresh connection, skipping what is stored: that submission
+/// is answered recorded, not with the lost connection's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_one_by_one_whose_answer_is_lost_is_tried_again() {
+    for trap in [
+        Trap::DeliverThenClose(b"one-by-one-lost@example.com"),
+        Trap::DeliverThenSilence(b"one-by-one-lost@example.com"),
+    ] {
+        a_group_one_by_one_loses_an_answer(trap).await;
+    }
+}
+
+async fn a_group_one_by_one_loses_an_answer(trap: Trap) {
+    in_schema(|schema| async move {
+        let proxy = SilentProxy::start(schema.server_addr()).await;
+        let store = behind(&schema, &proxy, true).await;
+        let other = schema.pool().await;
+        let account = AccountId(random_uuid(&OsRandom));
+        let (holding_w, first) = hold_the_writer(&schema, &store, &other, account).await;
+        let good = single(event(account, 1));
+        let mut refused = single(event(account, 2));
+        refused.events[0].email = "nul\u{0}@example.com".into();
+        let mut lost = single(event(account, 3));
+        lost.events[0].email = "one-by-one-lost@example.com".into();
+        // The group's insert, refused for the U+0000, carries it first.
+        proxy.set_after(trap, 1);
+        let group = queue_in_order(async {
+            tokio::join!(
+                store.record(&good),
+                store.record(&refused),
+                store.record(&lost)
+            )
+        });
+        let release = async {
+            holding_w.rollback().await.expect("let `w` go");
+        };
+        let ((good_outcome, refused_outcome, lost_outcome), ()) =
+            tokio::time::timeout(HUNG, async { tokio::join!(group, release) })
+                .await
+                .expect("the write gave up its silent connection");
+        first.await.expect("task").expect("record `w`");
+        assert!(proxy.sprung(), "the lone insert went through the proxy");
+        assert!(
+            matches!(refused_outcome, Err(StoreError::Rejected { .. })),
+            "{refused_outcome:?}"
+        );
+        for (outcome, submission) in [(good_outcome, &good), (lost_outcome, &lost)] {
+            assert_eq!(outcome.expect("tried again"), RecordOutcome::Recorded);
+            assert_eq!(
+                store
+                    .find_event(submission.events[0].event_uuid)
+                    .await
+                    .expect("find"),
+                Some(submission.events[0].clone())
+            );
+        }
+        other.close().await;
     })
     .await;
 }
