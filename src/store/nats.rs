@@ -19,11 +19,13 @@
 //! stream's duplicate window is the idempotency retention. A retry within
 //! the window is acknowledged as a duplicate with the first message's
 //! sequence; that message is read back and the retry answered with its
-//! `event_uuid`s, or refused if its fingerprint differs. A claim expired
-//! by its own time (the retention) frees the key even while the window,
-//! counted from when JetStream stored the message, still holds its id: a
-//! new request then goes out under an id of the key's next generation
-//! (the id before it and that claim's expiry).
+//! `event_uuid`s, or refused if its fingerprint differs. A request with a
+//! key first reads the key's latest message (the last on its subject): a
+//! live claim answers it at once; one expired by its own time (the
+//! retention) frees the key, even while the window, counted from when
+//! JetStream stored the message, still holds its id, and the request goes
+//! out under an id of the key's next generation (the key's first id and
+//! that claim's expiry).
 
 use std::time::Duration;
 
@@ -270,6 +272,31 @@ impl NatsEventSink {
 }
 
 impl NatsEventSink {
+    /// The last message on `subject`, a key's latest claim; `None` if the
+    /// stream holds none.
+    async fn last_message(
+        &self,
+        subject: &str,
+    ) -> Result<Option<jetstream::message::StreamMessage>, StoreError> {
+        const ACTION: &str = "check an idempotency claim";
+        let read = self.stream.get_last_raw_message_by_subject(subject);
+        match tokio::time::timeout(self.options.timeout, read)
+            .await
+            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+        {
+            Ok(message) => Ok(Some(message)),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    stream::LastRawMessageErrorKind::NoMessageFound
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(error) => Err(backend(ACTION, error)),
+        }
+    }
+
     /// Publishes `body`, `submission`'s events, to `subject` under
     /// `message_id`, and waits for JetStream's acknowledgement.
     async fn publish(
@@ -316,12 +343,6 @@ impl NatsEventSink {
             .map_err(|_| backend(ACTION, "JetStream did not acknowledge in time"))?
     }
 }
-
-/// How many generations of one idempotency key's claims a submission
-/// passes, each expired by its own time while JetStream still holds its
-/// message id (a duplicate window a few times the retention), before it
-/// is refused as a backend failure.
-const MAX_CLAIM_GENERATIONS: usize = 8;
 
 /// The hash that names a claim: account, scope and key, in hex.
 fn claim_hash(claim: &IdempotencyClaim) -> String {
@@ -398,7 +419,7 @@ impl EventSink for NatsEventSink {
 
     async fn record(&self, submission: &EventSubmission) -> Result<RecordOutcome, StoreError> {
         const ACTION: &str = "publish events to JetStream";
-        let Some((subject, mut message_id)) = self.address(submission) else {
+        let Some((subject, message_id)) = self.address(submission) else {
             return Ok(RecordOutcome::Recorded);
         };
         let body: Bytes = serde_json::to_vec(&Message {
@@ -407,36 +428,55 @@ impl EventSink for NatsEventSink {
         })
         .map_err(|error| backend(ACTION, error))?
         .into();
-        for _ in 0..MAX_CLAIM_GENERATIONS {
+        let Some(claim) = &submission.idempotency else {
             let ack = self
-                .publish(&subject, &message_id, submission, body.clone())
+                .publish(&subject, &message_id, submission, body)
+                .await?;
+            return if ack.duplicate {
+                // The first event's uuid was published before.
+                Err(StoreError::Duplicate { what: "event" })
+            } else {
+                Ok(RecordOutcome::Recorded)
+            };
+        };
+        // Tried again only when another request with the key published
+        // between the read and the publish below with a claim that has
+        // expired since, which takes a stream whose messages are deleted.
+        for _ in 0..3 {
+            // The key's latest claim decides, read before publishing: a
+            // live one answers this request. An expired one leaves the key
+            // free, as on the other stores, and names the id of the next
+            // claim. Not the key's first id, which JetStream may still hold
+            // (its duplicate window counts from when it stored the message,
+            // and may be longer than the retention) or may have forgotten
+            // while a later claim still holds (then this request would be
+            // recorded beside that claim's).
+            let generation_id = match self.last_message(&subject).await? {
+                None => message_id.clone(),
+                Some(latest) => match outcome_for(&latest, claim)? {
+                    Some(outcome) => return Ok(outcome),
+                    None => format!("{message_id}:{}", expiry_of(&latest)?),
+                },
+            };
+            let ack = self
+                .publish(&subject, &generation_id, submission, body.clone())
                 .await?;
             if !ack.duplicate {
                 return Ok(RecordOutcome::Recorded);
             }
-            let Some(claim) = &submission.idempotency else {
-                // The first event's uuid was published before.
-                return Err(StoreError::Duplicate { what: "event" });
-            };
-            let original = self
+            // Another request with the key published this generation's
+            // claim first: it answers this one.
+            let first = self
                 .message(ack.sequence)
                 .await?
                 .ok_or_else(|| backend(ACTION, "the first message of a key is gone"))?;
-            if let Some(outcome) = outcome_for(&original, claim)? {
+            if let Some(outcome) = outcome_for(&first, claim)? {
                 return Ok(outcome);
             }
-            // The key's claim has expired by the time it carries (the
-            // gateway's retention), yet JetStream still holds its id: its
-            // duplicate window counts from when it stored the message, and
-            // may be longer than the retention. The key is free, as it is
-            // on the other stores: this claim goes out under an id of its
-            // own generation, named after the expiry of the one before, so
-            // that a retry of it meets it the same way.
-            message_id = format!("{message_id}:{}", expiry_of(&original)?);
         }
         Err(backend(
             ACTION,
-            "an idempotency key's claims outlived the stream's duplicate window many times over",
+            "an idempotency key's claims changed under every publish",
         ))
     }
 
@@ -444,28 +484,15 @@ impl EventSink for NatsEventSink {
         &self,
         claim: &IdempotencyClaim,
     ) -> Result<Option<RecordOutcome>, StoreError> {
-        const ACTION: &str = "check an idempotency claim";
         let subject = format!(
             "{}.{}.{}",
             self.options.subject_prefix,
             claim.account_id.0.simple(),
             claim_hash(claim)
         );
-        let read = self.stream.get_last_raw_message_by_subject(&subject);
-        match tokio::time::timeout(self.options.timeout, read)
-            .await
-            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
-        {
-            Ok(message) => outcome_for(&message, claim),
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    stream::LastRawMessageErrorKind::NoMessageFound
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(error) => Err(backend(ACTION, error)),
+        match self.last_message(&subject).await? {
+            Some(message) => outcome_for(&message, claim),
+            None => Ok(None),
         }
     }
 

@@ -35,8 +35,14 @@ struct TestStream {
 
 impl TestStream {
     async fn new() -> Self {
+        Self::with_window(NatsOptions::default().duplicate_window).await
+    }
+
+    /// A stream whose duplicate window is `window`.
+    async fn with_window(window: Duration) -> Self {
         let id = random_uuid(&OsRandom).simple().to_string();
         let mut options = NatsOptions::default();
+        options.duplicate_window = window;
         options.stream = format!("CG_TEST_{id}");
         options.subject_prefix = format!("cgtest{id}");
         let name = options.stream.clone();
@@ -398,6 +404,63 @@ async fn an_expired_key_is_recorded_again_within_the_duplicate_window() {
         .map(|submission| submission.events[0].clone())
         .collect();
     assert_eq!(page.events, recorded, "one message per generation");
+    stream.done().await;
+}
+
+/// A key's claims are answered by the latest, whatever JetStream's
+/// duplicate window still holds: once the first claim's message id has
+/// left the window, a request under a later, live claim is still a retry
+/// of that claim (replayed, or refused with another body), never recorded
+/// beside it.
+#[tokio::test]
+async fn a_later_claim_holds_after_the_first_id_leaves_the_window() {
+    let window = Duration::from_secs(2);
+    let stream = TestStream::with_window(window).await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let in_generation = |generation: i64, fingerprint: u8| {
+        let mut claim = claim(account, "outlived", fingerprint);
+        let shift = time::Duration::hours(24 * generation);
+        claim.created_at += shift;
+        claim.expires_at += shift;
+        claim
+    };
+    let submission = |generation: i64, fingerprint: u8, n: usize| EventSubmission {
+        events: vec![event(account, n)],
+        batch_uuid: None,
+        idempotency: Some(in_generation(generation, fingerprint)),
+    };
+    assert_eq!(
+        stream.sink.record(&submission(0, 1, 1)).await.unwrap(),
+        RecordOutcome::Recorded
+    );
+    let second = submission(1, 2, 2);
+    assert_eq!(
+        stream.sink.record(&second).await.unwrap(),
+        RecordOutcome::Recorded
+    );
+    // Both message ids leave the window; the second claim is live.
+    tokio::time::sleep(window + Duration::from_millis(500)).await;
+    let mut retry = submission(1, 2, 3);
+    retry.idempotency.as_mut().unwrap().created_at += time::Duration::hours(1);
+    assert_eq!(
+        stream.sink.record(&retry).await.unwrap(),
+        RecordOutcome::Replayed {
+            event_uuids: vec![second.events[0].event_uuid],
+            batch_uuid: None,
+        },
+        "a retry of the live claim replays it"
+    );
+    assert_eq!(
+        stream.sink.record(&submission(1, 9, 4)).await.unwrap(),
+        RecordOutcome::KeyReused,
+        "and another body is refused"
+    );
+    let page = stream
+        .sink
+        .read_after(&FeedCursor::start(), 10)
+        .await
+        .unwrap();
+    assert_eq!(page.events.len(), 2, "nothing recorded beside the claims");
     stream.done().await;
 }
 

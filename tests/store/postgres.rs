@@ -834,6 +834,45 @@ async fn a_group_claims_its_keys_in_one_order_and_never_deadlocks() {
     .await;
 }
 
+/// A group's outcomes reach their own submissions, whatever the order its
+/// keys are claimed in: queued `b` then `a`, claimed `a` then `b`, the
+/// submission reusing `a`'s key with another body is refused and the one
+/// with the new key `b` recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_answers_each_submission_its_own_outcome() {
+    in_schema(|schema| async move {
+        let store = schema.store().await;
+        let other = schema.pool().await;
+        let account = AccountId(random_uuid(&OsRandom));
+        assert_eq!(
+            store
+                .record(&keyed(account, "a", 1))
+                .await
+                .expect("claim `a`"),
+            RecordOutcome::Recorded
+        );
+        let (holding_w, first) = hold_the_writer(&schema, &store, &other, account).await;
+        let b = keyed(account, "b", 2);
+        let mut reused = keyed(account, "a", 3);
+        if let Some(claim) = reused.idempotency.as_mut() {
+            claim.fingerprint = [9; 32];
+        }
+        let group = queue_in_order(async { tokio::join!(store.record(&b), store.record(&reused)) });
+        let release = async {
+            holding_w.rollback().await.expect("let `w` go");
+        };
+        let ((b_outcome, reused_outcome), ()) = tokio::join!(group, release);
+        first.await.expect("task").expect("record `w`");
+        assert_eq!(b_outcome.expect("record `b`"), RecordOutcome::Recorded);
+        assert_eq!(
+            reused_outcome.expect("record `a` again"),
+            RecordOutcome::KeyReused
+        );
+        other.close().await;
+    })
+    .await;
+}
+
 /// When a group's one-statement insert fails on one submission's data,
 /// its submissions go one by one, each its own transaction. Should one of
 /// those then fail on the database's side (here a trigger raising
@@ -1082,7 +1121,11 @@ async fn a_transaction_left_open_by_a_silent_network_frees_its_key() {
 
 /// When every connection goes silent, a write is answered with a
 /// retryable error after its attempts' time limits, not held for as long
-/// as the sockets stay open.
+/// as the sockets stay open. With group commit, the writer's connection,
+/// kept from the write before, goes silent under its group, and the retry
+/// finds no connection; without, the connection goes silent once the
+/// insert is sent (the pool's liveness ping, before, would catch a
+/// connection silent already), and the next call gets a fresh one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_on_a_silent_network_is_refused_in_bounded_time() {
     in_schema(|schema| async move {
@@ -1094,12 +1137,29 @@ async fn a_write_on_a_silent_network_is_refused_in_bounded_time() {
                 .record(&single(event(account, 0)))
                 .await
                 .expect("a connection in use before the silence");
-            proxy.silence_all();
-            let outcome = tokio::time::timeout(HUNG, store.record(&single(event(account, 1))))
+            let mut unanswered = single(event(account, 1));
+            unanswered.events[0].email = "unanswered@example.com".into();
+            if group_commit {
+                proxy.silence_all();
+            } else {
+                proxy.set(Trap::Swallow(b"unanswered@example.com"));
+            }
+            let outcome = tokio::time::timeout(HUNG, store.record(&unanswered))
                 .await
                 .expect("the write gave up its silent connection");
             let error = outcome.expect_err("nothing gets through");
             assert!(error.is_retryable(), "{error:?}");
+            if !group_commit {
+                assert!(proxy.sprung(), "the insert went through the proxy");
+                assert_eq!(
+                    store
+                        .record(&single(event(account, 2)))
+                        .await
+                        .expect("record"),
+                    RecordOutcome::Recorded,
+                    "the silent connection is not used again"
+                );
+            }
         }
     })
     .await;

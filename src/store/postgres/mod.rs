@@ -165,8 +165,12 @@ pub struct PgStoreOptions {
     /// up is retried once on a fresh connection, which finds out what the
     /// first attempt committed (its events' uuids and claims are its own),
     /// so a call waits at most about twice this (plus a connection's
-    /// acquire timeout) before its answer, and is answered
-    /// [`StoreError::Backend`] only if neither attempt got through. Each
+    /// acquire timeout) before its answer. It is answered
+    /// [`StoreError::Backend`] when neither attempt got an answer; what the
+    /// first one sent may then be stored all the same, as after any lost
+    /// connection (an `Idempotency-Key` makes the client's retry safe).
+    /// Without group commit, a call given up is not retried: it is answered
+    /// [`StoreError::Backend`] at once. Each
     /// transaction also sets PostgreSQL's
     /// `idle_in_transaction_session_timeout` to this, so that one left open
     /// by a connection gone silent is rolled back and frees its

@@ -82,13 +82,18 @@ pub(crate) fn lost_connection(error: &StoreError) -> bool {
     }
     match source.downcast_ref::<sqlx::Error>() {
         Some(sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) => true,
-        // SQLSTATE class 08: connection exception; 57P01 to 57P03: the
-        // server is shutting down or terminated this backend.
-        Some(sqlx::Error::Database(db)) => db.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
-        }),
+        Some(sqlx::Error::Database(db)) => db.code().is_some_and(|code| ends_the_session(&code)),
         _ => false,
     }
+}
+
+/// Whether a PostgreSQL SQLSTATE says the session is gone: class 08
+/// (connection exception); 57P01 to 57P03 (the server is shutting down or
+/// terminated this backend); 25P03 (it ended the session of a transaction
+/// idle past `idle_in_transaction_session_timeout`, a write's time limit).
+#[cfg(feature = "postgres")]
+fn ends_the_session(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "25P03")
 }
 
 /// Whether the database refused a statement because of the values in it,
@@ -303,6 +308,25 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_lost_session_is_told_from_a_failed_statement() {
+        for code in ["08006", "08003", "57P01", "57P02", "57P03", "25P03"] {
+            assert!(ends_the_session(code), "{code} ends the session");
+        }
+        for code in ["40001", "40P01", "53100", "23505", "22021", "57014"] {
+            assert!(!ends_the_session(code), "{code} leaves the session");
+        }
+        // A write past its time limit is given up as lost; a pool with no
+        // connection to give is not a lost one.
+        assert!(lost_connection(&StoreError::backend("write", TimedOut)));
+        assert!(!lost_connection(&StoreError::backend(
+            "write",
+            sqlx::Error::PoolTimedOut
+        )));
+        assert!(!lost_connection(&StoreError::Duplicate { what: "event" }));
+    }
 
     #[test]
     fn data_refusals_are_told_from_outages_by_their_codes() {
