@@ -250,39 +250,32 @@ impl NatsEventSink {
         &self,
         sequence: u64,
     ) -> Result<Option<jetstream::message::StreamMessage>, StoreError> {
-        const ACTION: &str = "read JetStream";
-        let read =
-            tokio::time::timeout(self.options.timeout, self.stream.get_raw_message(sequence));
-        match read
-            .await
-            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
-        {
-            Ok(message) => Ok(Some(message)),
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    stream::LastRawMessageErrorKind::NoMessageFound
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(error) => Err(backend(ACTION, error)),
-        }
+        let read = self.stream.get_raw_message(sequence);
+        self.found("read JetStream", read).await
     }
-}
 
-impl NatsEventSink {
     /// The last message on `subject`, a key's latest claim; `None` if the
     /// stream holds none.
     async fn last_message(
         &self,
         subject: &str,
     ) -> Result<Option<jetstream::message::StreamMessage>, StoreError> {
-        const ACTION: &str = "check an idempotency claim";
         let read = self.stream.get_last_raw_message_by_subject(subject);
+        self.found("check an idempotency claim", read).await
+    }
+
+    /// The message `read` finds, within the sink's timeout; `None` if the
+    /// stream holds no such message.
+    async fn found(
+        &self,
+        action: &'static str,
+        read: impl Future<
+            Output = Result<jetstream::message::StreamMessage, stream::LastRawMessageError>,
+        >,
+    ) -> Result<Option<jetstream::message::StreamMessage>, StoreError> {
         match tokio::time::timeout(self.options.timeout, read)
             .await
-            .map_err(|_| backend(ACTION, "JetStream did not answer in time"))?
+            .map_err(|_| backend(action, "JetStream did not answer in time"))?
         {
             Ok(message) => Ok(Some(message)),
             Err(error)
@@ -293,7 +286,7 @@ impl NatsEventSink {
             {
                 Ok(None)
             }
-            Err(error) => Err(backend(ACTION, error)),
+            Err(error) => Err(backend(action, error)),
         }
     }
 

@@ -113,6 +113,35 @@ fn claim(account: AccountId, key: &str, fingerprint: u8) -> IdempotencyClaim {
     }
 }
 
+/// [`claim`] of `key`, made `generation` days (retentions) later.
+fn claim_in_generation(
+    account: AccountId,
+    key: &str,
+    generation: i64,
+    fingerprint: u8,
+) -> IdempotencyClaim {
+    let mut claim = claim(account, key, fingerprint);
+    let shift = time::Duration::hours(24 * generation);
+    claim.created_at += shift;
+    claim.expires_at += shift;
+    claim
+}
+
+/// Event `n`, submitted under [`claim_in_generation`].
+fn keyed_in_generation(
+    account: AccountId,
+    key: &str,
+    generation: i64,
+    fingerprint: u8,
+    n: usize,
+) -> EventSubmission {
+    EventSubmission {
+        events: vec![event(account, n)],
+        batch_uuid: None,
+        idempotency: Some(claim_in_generation(account, key, generation, fingerprint)),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_jetstream_feed_keeps_the_contract() {
     let stream = TestStream::new().await;
@@ -342,17 +371,10 @@ async fn a_long_read_spans_several_fetches() {
 async fn an_expired_key_is_recorded_again_within_the_duplicate_window() {
     let stream = TestStream::new().await;
     let account = AccountId(random_uuid(&OsRandom));
-    let in_generation = |generation: i64, fingerprint: u8| {
-        let mut claim = claim(account, "renewed", fingerprint);
-        let shift = time::Duration::hours(24 * generation);
-        claim.created_at += shift;
-        claim.expires_at += shift;
-        claim
-    };
-    let submission = |generation: i64, fingerprint: u8, n: usize| EventSubmission {
-        events: vec![event(account, n)],
-        batch_uuid: None,
-        idempotency: Some(in_generation(generation, fingerprint)),
+    let in_generation =
+        |generation, fingerprint| claim_in_generation(account, "renewed", generation, fingerprint);
+    let submission = |generation, fingerprint, n| {
+        keyed_in_generation(account, "renewed", generation, fingerprint, n)
     };
     let first = submission(0, 1, 1);
     assert_eq!(
@@ -407,6 +429,37 @@ async fn an_expired_key_is_recorded_again_within_the_duplicate_window() {
     stream.done().await;
 }
 
+/// A key's claim that cannot be read (here its stream was deleted under
+/// the sink) is a backend failure, never taken for a key with no claim:
+/// `check_claim` and a keyed `record` fail, retryable.
+#[tokio::test]
+async fn a_claim_that_cannot_be_read_is_a_backend_error() {
+    let stream = TestStream::new().await;
+    let account = AccountId(random_uuid(&OsRandom));
+    let client = async_nats::connect(nats_url()).await.expect("connect");
+    async_nats::jetstream::new(client)
+        .delete_stream(&stream.name)
+        .await
+        .expect("delete the stream");
+    let checked = stream
+        .sink
+        .check_claim(&claim(account, "unreadable", 1))
+        .await;
+    assert!(
+        matches!(&checked, Err(StoreError::Backend { .. })),
+        "{checked:?}"
+    );
+    let recorded = stream
+        .sink
+        .record(&keyed_in_generation(account, "unreadable", 0, 1, 1))
+        .await;
+    match recorded {
+        Err(error @ StoreError::Backend { .. }) => assert!(error.is_retryable(), "{error:?}"),
+        other => panic!("a keyed record without its stream is a backend error, got {other:?}"),
+    }
+    stream.done().await;
+}
+
 /// A key's claims are answered by the latest, whatever JetStream's
 /// duplicate window still holds: once the first claim's message id has
 /// left the window, a request under a later, live claim is still a retry
@@ -417,17 +470,8 @@ async fn a_later_claim_holds_after_the_first_id_leaves_the_window() {
     let window = Duration::from_secs(2);
     let stream = TestStream::with_window(window).await;
     let account = AccountId(random_uuid(&OsRandom));
-    let in_generation = |generation: i64, fingerprint: u8| {
-        let mut claim = claim(account, "outlived", fingerprint);
-        let shift = time::Duration::hours(24 * generation);
-        claim.created_at += shift;
-        claim.expires_at += shift;
-        claim
-    };
-    let submission = |generation: i64, fingerprint: u8, n: usize| EventSubmission {
-        events: vec![event(account, n)],
-        batch_uuid: None,
-        idempotency: Some(in_generation(generation, fingerprint)),
+    let submission = |generation, fingerprint, n| {
+        keyed_in_generation(account, "outlived", generation, fingerprint, n)
     };
     assert_eq!(
         stream.sink.record(&submission(0, 1, 1)).await.unwrap(),
