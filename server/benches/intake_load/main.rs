@@ -32,8 +32,9 @@
 //!
 //! `--baseline PATH` also floods another build of the service, `PATH` (say
 //! the previous commit's `target/release/conversion-gateway`), on the memory
-//! store and on SQLite, as two more targets that take their turns right
-//! after this build's: a change measured side by side in one run, which on
+//! store and on SQLite (and on PostgreSQL when `DATABASE_URL` is set, in a
+//! schema of its own), as more targets that take their turns right after
+//! this build's: a change measured side by side in one run, which on
 //! a shared machine one run against another cannot do (rounds of one run
 //! spread by a tenth or more). A baseline's "vs memory" is against this
 //! build's memory server; compare it with the baseline's own memory line.
@@ -213,7 +214,10 @@ async fn run(options: Options) {
     let postgres_settings = database_url
         .as_deref()
         .map(|url| query_text(url, POSTGRES_SETTINGS.to_owned()));
-    let postgres = database_url.map(postgres_store);
+    let postgres = database_url.as_ref().map(|url| postgres_store(url, ""));
+    let postgres_baseline = database_url
+        .filter(|_| options.baseline.is_some())
+        .map(|url| postgres_store(&url, "_baseline"));
     // (name, --store, more arguments, the binary that serves it)
     let mut stores: Vec<(&str, String, Vec<String>, &Path)> = Vec::new();
     // Memory and SQLite, each followed by the baseline's server on it.
@@ -273,6 +277,14 @@ async fn run(options: Options) {
     }
     if let Some((_, url)) = &postgres {
         stores.push(("postgres", url.clone(), Vec::new(), binary.as_path()));
+        if let (Some((_, url)), Some(baseline)) = (&postgres_baseline, &options.baseline) {
+            stores.push((
+                "postgres-baseline",
+                url.clone(),
+                Vec::new(),
+                baseline.as_path(),
+            ));
+        }
     } else {
         eprintln!("DATABASE_URL is not set: postgres is left out");
     }
@@ -448,7 +460,7 @@ async fn run(options: Options) {
 
     // The servers end before their schema and stream go.
     drop(targets);
-    if let Some((drop_schema, _)) = postgres {
+    for (drop_schema, _) in postgres.into_iter().chain(postgres_baseline) {
         drop_schema();
     }
     if let Some((url, stream)) = jetstream
@@ -840,12 +852,13 @@ fn start_server(
 
 /// A schema of its own on the `DATABASE_URL` server: a function that drops
 /// it, and the URL that puts the service in it.
-fn postgres_store(url: String) -> (Box<dyn FnOnce()>, String) {
-    let schema = format!("intake_load_{}", std::process::id());
-    run_sql(&url, format!("CREATE SCHEMA {schema}")).expect("create a schema at DATABASE_URL");
+fn postgres_store(url: &str, suffix: &str) -> (Box<dyn FnOnce()>, String) {
+    let schema = format!("intake_load_{}{suffix}", std::process::id());
+    run_sql(url, format!("CREATE SCHEMA {schema}")).expect("create a schema at DATABASE_URL");
     let separator = if url.contains('?') { '&' } else { '?' };
     let in_schema = format!("{url}{separator}options=-c%20search_path%3D{schema}");
     // Best effort: a schema left behind is only a schema left behind.
+    let url = url.to_owned();
     let drop_schema = move || {
         let _ = run_sql(&url, format!("DROP SCHEMA {schema} CASCADE"));
     };
