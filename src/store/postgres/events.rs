@@ -238,23 +238,24 @@ pub(super) async fn record_alone(
     submission: &EventSubmission,
     limit: &WriteLimit,
 ) -> Result<RecordOutcome, StoreError> {
-    let mut conn = pool.acquire().await.map_err(backend(RECORD))?;
-    let outcomes = limit
-        .apply(record_group(
-            &mut conn,
-            &[submission],
-            Existing::Refuse,
-            limit,
-        ))
-        .await;
-    if outcomes.as_ref().is_err_and(lost_connection) {
-        // Not back to the pool: it may still owe the late answer.
-        conn.close_on_drop();
+    // A connection of its own, given back to the pool when dropped, or
+    // closed if it failed or went silent.
+    let mut connection = None;
+    let outcomes = record_on(
+        pool,
+        &mut connection,
+        &[submission],
+        Existing::Refuse,
+        limit,
+    )
+    .await;
+    match outcomes {
+        Ok(outcomes) => outcomes
+            .into_iter()
+            .next()
+            .unwrap_or(Ok(RecordOutcome::Recorded)),
+        Err(NotRecorded::NoConnection(error) | NotRecorded::Failed(error)) => Err(error),
     }
-    outcomes?
-        .into_iter()
-        .next()
-        .unwrap_or(Ok(RecordOutcome::Recorded))
 }
 
 /// Starts `writers` group-commit writers (at most half the pool's
@@ -395,9 +396,9 @@ fn refuse_queued(jobs: &Mutex<mpsc::Receiver<Job>>, error: &StoreError) {
     answer_error(&mut refused, error);
 }
 
-/// Records `submissions` on the writer's connection within `limit`,
-/// opening one if it has none; a connection that failed or went silent is
-/// closed, not reused.
+/// Records `submissions` on `connection` (a group writer's, kept between
+/// groups, or one call's own) within `limit`, opening one if there is
+/// none; a connection that failed or went silent is closed, not reused.
 async fn record_on(
     pool: &PgPool,
     connection: &mut Option<PoolConnection<Postgres>>,
