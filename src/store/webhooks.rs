@@ -34,12 +34,12 @@ use crate::records::webhook::{
 use crate::store::error::StoreError;
 use crate::store::feed::FeedCursor;
 
-/// The most bytes of deliveries one statement of a SQL store's
+/// The most bytes of deliveries one statement of PostgreSQL's
 /// [`WebhookStore::dispatch`] carries, 8 MiB: a larger page is recorded in
 /// several statements, in its transaction (`store::sql::page_runs` says
 /// why and how).
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "test-util")),
+    not(any(feature = "postgres", feature = "test-util")),
     allow(dead_code)
 )]
 pub(crate) const DISPATCH_STATEMENT_BYTES: usize = 8 << 20;

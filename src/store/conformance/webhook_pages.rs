@@ -187,8 +187,8 @@ pub(super) async fn check_page_dispatched_again(store: &dyn WebhookStore) {
 /// A page larger than a SQL store's statement carries (two and a half
 /// times [`DISPATCH_STATEMENT_BYTES`], in bodies of 256 KiB, past the
 /// intake's largest) is recorded whole, each delivery as dispatched, and
-/// leased in the order it was dispatched: the SQL stores record it in
-/// three statements. (Where a page is cut is tested in
+/// leased in the order it was dispatched: PostgreSQL records it in three
+/// statements, SQLite row by row. (Where a page is cut is tested in
 /// `store::sql::page_runs`; that a store cuts at all would take a page
 /// past 1 GB to show, too large for a test.)
 pub(super) async fn check_page_past_one_statement(store: &dyn WebhookStore) {

@@ -26,14 +26,29 @@ pub(crate) struct Job {
 /// calls have queued, stores them in one transaction and answers each after
 /// the COMMIT, while the next group queues. Many writers then share one
 /// disk flush instead of waiting for one each.
-#[derive(Clone, Debug)]
-pub(crate) struct GroupQueue(mpsc::Sender<Job>);
+///
+/// A writer may take other work beside `record` calls (`W`, which a [`Job`]
+/// converts into): SQLite's writer also runs the webhook outbox's writes in
+/// its groups.
+pub(crate) struct GroupQueue<W = Job>(mpsc::Sender<W>);
 
-impl GroupQueue {
+impl<W> Clone for GroupQueue<W> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<W> std::fmt::Debug for GroupQueue<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("GroupQueue").field(&self.0).finish()
+    }
+}
+
+impl<W: From<Job>> GroupQueue<W> {
     /// A queue holding up to `capacity` waiting calls, and its receiving
     /// end for the writer task. The writer's receive ends when the last
     /// clone of the queue is dropped.
-    pub(crate) fn new(capacity: usize) -> (Self, mpsc::Receiver<Job>) {
+    pub(crate) fn new(capacity: usize) -> (Self, mpsc::Receiver<W>) {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
         (Self(sender), receiver)
     }
@@ -48,13 +63,25 @@ impl GroupQueue {
             submission: submission.clone(),
             reply,
         };
-        self.0
-            .send(job)
-            .await
-            .map_err(|_| StoreError::backend(RECORD, GroupWriterGone))?;
+        self.send(W::from(job), RECORD).await?;
         answer
             .await
             .map_err(|_| StoreError::backend(RECORD, GroupWriterGone))?
+    }
+
+    /// How many calls wait in the queue, not yet taken by the writer.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.0.max_capacity() - self.0.capacity()
+    }
+
+    /// Queues `work`, waiting for room; `action` names the failure if the
+    /// writer has stopped.
+    pub(crate) async fn send(&self, work: W, action: &'static str) -> Result<(), StoreError> {
+        self.0
+            .send(work)
+            .await
+            .map_err(|_| StoreError::backend(action, GroupWriterGone))
     }
 }
 
@@ -153,7 +180,7 @@ fn answer_group(jobs: &mut Vec<Job>, outcome: GroupOutcome) {
 /// The group-commit writer task has stopped (its runtime shut down).
 #[derive(Debug, thiserror::Error)]
 #[error("the group-commit writer has stopped")]
-struct GroupWriterGone;
+pub(crate) struct GroupWriterGone;
 
 #[cfg(test)]
 mod tests {

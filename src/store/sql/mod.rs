@@ -3,13 +3,14 @@
 //! batched purge loop, and the shape of a migration. Records are put
 //! together from rows in [`records`] (webhooks and their deliveries in
 //! [`webhook_records`]), once for both databases; the queue of the
-//! group-commit writer is in [`group_commit`]; a dispatched page is cut
-//! into statements of bounded size in [`page_runs`].
+//! group-commit writer is in [`group_commit`]; PostgreSQL cuts a
+//! dispatched page into statements of bounded size in `page_runs`.
 //!
 //! Only what is the same in both dialects is here: each store keeps its
 //! own SQL, its own migrations and the way it takes locks.
 
 pub(crate) mod group_commit;
+#[cfg(feature = "postgres")]
 pub(crate) mod page_runs;
 pub(crate) mod records;
 pub(crate) mod webhook_records;

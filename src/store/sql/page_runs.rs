@@ -1,6 +1,7 @@
 //! A dispatched page of webhook deliveries cut into runs that each fit one
-//! statement ([`DISPATCH_STATEMENT_BYTES`]), for the SQL stores to insert
-//! one after the other in the dispatch's transaction.
+//! statement ([`DISPATCH_STATEMENT_BYTES`]), for PostgreSQL to insert one
+//! after the other in the dispatch's transaction. (SQLite's writer binds a
+//! page row by row, one prepared statement on its own thread.)
 //!
 //! A page is [`crate::DISPATCH_PAGE`] events, each delivered to every
 //! webhook that wants it, with bodies up to the intake's

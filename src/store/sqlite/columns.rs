@@ -44,30 +44,18 @@ pub(super) fn from_micros(micros: i64) -> Option<OffsetDateTime> {
 /// JSON text.
 pub(super) type Columns = sql::Columns<SqliteRow>;
 
-impl Columns {
-    /// A uuid from the hyphenated text stored in `column`.
-    fn parse_uuid(&self, column: &'static str, text: &str) -> Result<Uuid, StoreError> {
-        Uuid::parse_str(text).map_err(|_| malformed(self.action, column))
-    }
-
-    /// An instant from the microseconds stored in `column`.
-    fn instant(&self, column: &'static str, micros: i64) -> Result<OffsetDateTime, StoreError> {
-        from_micros(micros).ok_or_else(|| malformed(self.action, column))
-    }
-}
-
 impl RecordColumns for Columns {
     fn action(&self) -> &'static str {
         self.action
     }
 
     fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
-        self.parse_uuid(column, &self.get::<String>(column)?)
+        parse_uuid(self.action, column, &self.get::<String>(column)?)
     }
 
     fn optional_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
         self.get::<Option<String>>(column)?
-            .map(|text| self.parse_uuid(column, &text))
+            .map(|text| parse_uuid(self.action, column, &text))
             .transpose()
     }
 
@@ -76,12 +64,12 @@ impl RecordColumns for Columns {
     }
 
     fn time(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
-        self.instant(column, self.get(column)?)
+        instant(self.action, column, self.get(column)?)
     }
 
     fn optional_time(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError> {
         self.get::<Option<i64>>(column)?
-            .map(|micros| self.instant(column, micros))
+            .map(|micros| instant(self.action, column, micros))
             .transpose()
     }
 
@@ -124,6 +112,125 @@ impl RecordColumns for Columns {
     fn payload(&self, column: &'static str) -> Result<EventPayload, StoreError> {
         self.parse_json(column).map(EventPayload::from_raw)
     }
+}
+
+/// A row read through the writer of events' own connection (rusqlite),
+/// stored as [`Columns`] says.
+pub(super) struct RowColumns<'r> {
+    /// The row.
+    row: &'r rusqlite::Row<'r>,
+    /// What the caller was doing.
+    action: &'static str,
+}
+
+impl<'r> RowColumns<'r> {
+    /// `row`, read on behalf of `action`.
+    pub(super) fn new(row: &'r rusqlite::Row<'r>, action: &'static str) -> Self {
+        Self { row, action }
+    }
+
+    /// The column as rusqlite converts it.
+    pub(super) fn get<T: rusqlite::types::FromSql>(
+        &self,
+        column: &'static str,
+    ) -> Result<T, StoreError> {
+        self.row
+            .get(column)
+            .map_err(|error| StoreError::backend(self.action, error))
+    }
+
+    /// A value parsed from the JSON text stored in `column`.
+    fn parse_json<T: serde::de::DeserializeOwned>(
+        &self,
+        column: &'static str,
+    ) -> Result<T, StoreError> {
+        let text: String = self.get(column)?;
+        serde_json::from_str(&text).map_err(|_| malformed(self.action, column))
+    }
+}
+
+impl RecordColumns for RowColumns<'_> {
+    fn action(&self) -> &'static str {
+        self.action
+    }
+
+    fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
+        parse_uuid(self.action, column, &self.get::<String>(column)?)
+    }
+
+    fn optional_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
+        self.get::<Option<String>>(column)?
+            .map(|text| parse_uuid(self.action, column, &text))
+            .transpose()
+    }
+
+    fn uuids(&self, column: &'static str) -> Result<Vec<Uuid>, StoreError> {
+        self.parse_json(column)
+    }
+
+    fn time(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
+        instant(self.action, column, self.get(column)?)
+    }
+
+    fn optional_time(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError> {
+        self.get::<Option<i64>>(column)?
+            .map(|micros| instant(self.action, column, micros))
+            .transpose()
+    }
+
+    fn text(&self, column: &'static str) -> Result<String, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_text(&self, column: &'static str) -> Result<Option<String>, StoreError> {
+        self.get(column)
+    }
+
+    fn flag(&self, column: &'static str) -> Result<bool, StoreError> {
+        self.get(column)
+    }
+
+    fn integer(&self, column: &'static str) -> Result<i64, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_integer(&self, column: &'static str) -> Result<Option<i64>, StoreError> {
+        self.get(column)
+    }
+
+    fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError> {
+        self.get(column)
+    }
+
+    fn optional_bytes(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(column)
+    }
+
+    fn strings(&self, column: &'static str) -> Result<Vec<String>, StoreError> {
+        self.parse_json(column)
+    }
+
+    fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
+        self.parse_json(column)
+    }
+
+    fn payload(&self, column: &'static str) -> Result<EventPayload, StoreError> {
+        self.parse_json(column).map(EventPayload::from_raw)
+    }
+}
+
+/// A uuid from the hyphenated text stored in `column`.
+fn parse_uuid(action: &'static str, column: &'static str, text: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(text).map_err(|_| malformed(action, column))
+}
+
+/// An instant from the microseconds stored in `column`.
+fn instant(
+    action: &'static str,
+    column: &'static str,
+    micros: i64,
+) -> Result<OffsetDateTime, StoreError> {
+    from_micros(micros).ok_or_else(|| malformed(action, column))
 }
 
 #[cfg(test)]

@@ -17,6 +17,12 @@
 //! duplicate uuid, a value SQLite refuses) fails alone and its neighbours
 //! are committed; a failure of the database itself (I/O, a full disk) fails
 //! the whole group, with nothing committed.
+//!
+//! The same groups carry the webhook outbox's writes ([`write_task`]), each
+//! in a savepoint of its own after the group's events, answered after the
+//! same COMMIT.
+//!
+//! [`write_task`]: super::write_task
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +35,7 @@ use uuid::Uuid;
 
 use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, RecordedEvent};
 use crate::store::error::StoreError;
-use crate::store::sql::group_commit::{Answerer, GroupQueue, Job, RECORD};
+use crate::store::sql::group_commit::{Answerer, GroupQueue, GroupWriterGone, Job, RECORD};
 use crate::store::sql::records::{StoredClaim, channel_to_text};
 use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
 
@@ -37,16 +43,32 @@ use super::checkpointer::Checkpointer;
 use super::columns::{from_micros, json_text, micros, uuid_text};
 use super::connection::{Sync, open_connection};
 use super::write_gate::WriteGate;
+use super::write_task::{Task, WriteTask};
 
-/// The most submissions one group transaction takes.
+/// The most submissions and write tasks one group transaction takes.
 const MAX_GROUP: usize = 256;
+
+/// What the writer's queue carries: a `record` call, or another write to
+/// run in the same group.
+pub(super) enum Work {
+    /// A `record` call.
+    Record(Job),
+    /// A write of the webhook outbox.
+    Write(Box<dyn WriteTask>),
+}
+
+impl From<Job> for Work {
+    fn from(job: Job) -> Self {
+        Self::Record(job)
+    }
+}
 
 /// The handle of a running writer: its queue, and the switch that closes
 /// it.
 #[derive(Clone, Debug)]
 pub(super) struct EventWriter {
-    /// Where `record` calls queue.
-    queue: GroupQueue,
+    /// Where `record` calls and write tasks queue.
+    queue: GroupQueue<Work>,
     /// Set by [`EventWriter::close`]; the thread then closes its
     /// connection and refuses what comes.
     closed: Arc<AtomicBool>,
@@ -99,6 +121,33 @@ impl EventWriter {
         self.queue.record(submission).await
     }
 
+    /// Runs `write` inside the next group's transaction, in a savepoint of
+    /// its own, and answers what it returned (its result, and how many rows
+    /// it wrote) once the group is committed. `action` names the failure
+    /// if the writer has stopped.
+    ///
+    /// # Errors
+    /// What `write` failed with (its writes rolled back, the group's
+    /// others committed); the group's error if the group failed;
+    /// [`StoreError::Backend`] if the store is closed.
+    pub(super) async fn write<T, F>(&self, action: &'static str, write: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<(T, usize), StoreError> + Send + 'static,
+    {
+        let (task, answer) = Task::boxed(write);
+        self.queue.send(Work::Write(task), action).await?;
+        answer
+            .await
+            .map_err(|_| StoreError::backend(action, GroupWriterGone))?
+    }
+
+    /// How many calls and write tasks wait, not yet taken by the thread.
+    #[cfg(test)]
+    pub(super) fn waiting(&self) -> usize {
+        self.queue.waiting()
+    }
+
     /// Closes the writer's connection once the group in hand (if any) is
     /// committed: `gate` must be the writer's, held meanwhile by the caller
     /// so that no group is in hand. Later submissions fail with
@@ -125,30 +174,41 @@ struct Writer {
 impl Writer {
     /// Takes whatever has queued, up to [`MAX_GROUP`], records it, answers
     /// it; until every sender is gone.
-    fn run(mut self, mut queue: mpsc::Receiver<Job>) {
+    fn run(mut self, mut queue: mpsc::Receiver<Work>) {
         let mut jobs = Vec::with_capacity(MAX_GROUP);
+        let mut tasks: Vec<Box<dyn WriteTask>> = Vec::new();
         while let Some(first) = queue.blocking_recv() {
-            jobs.push(first);
-            while jobs.len() < MAX_GROUP {
-                match queue.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
+            let mut next = Some(first);
+            while let Some(work) = next.take() {
+                match work {
+                    Work::Record(job) => jobs.push(job),
+                    Work::Write(task) => tasks.push(task),
+                }
+                if jobs.len() + tasks.len() < MAX_GROUP {
+                    next = queue.try_recv().ok();
                 }
             }
-            crate::metrics::group_commit("sqlite", jobs.len(), queue.len());
+            crate::metrics::group_commit("sqlite", jobs.len() + tasks.len(), queue.len());
             let outcomes = {
                 let _turn = self.gate.blocking_turn();
-                self.record_group(&jobs)
+                self.record_group(&jobs, &mut tasks)
             };
+            let group = outcomes.as_ref().map(|_| ()).map_err(StoreError::clone);
+            for task in tasks.drain(..) {
+                task.answer(group.clone());
+            }
             self.answerer.answer(&mut jobs, outcomes);
         }
     }
 
-    /// Records `jobs` in one write transaction. `Ok` holds each job's own
-    /// outcome, all committed; `Err` means nothing was recorded.
+    /// Records `jobs` and runs `tasks` (after the events, each in a
+    /// savepoint of its own) in one write transaction. `Ok` holds each
+    /// job's own outcome, all committed, and each task holds its own; `Err`
+    /// means nothing was recorded.
     fn record_group(
         &mut self,
         jobs: &[Job],
+        tasks: &mut [Box<dyn WriteTask>],
     ) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
         if self.closed.load(Ordering::Acquire) {
             // Dropping the connection closes it (the last connection to the
@@ -175,12 +235,39 @@ impl Writer {
                 outcome => outcomes.push(outcome),
             }
         }
+        let mut rows: usize = jobs.iter().map(|job| job.submission.events.len()).sum();
+        for task in tasks {
+            rows += run_task(&mut tx, task.as_mut())?;
+        }
         // Only a committed submission is acknowledged.
         tx.commit().map_err(failed)?;
         if let Some(checkpointer) = &mut self.checkpointer {
-            checkpointer.committed(jobs.iter().map(|job| job.submission.events.len()).sum());
+            checkpointer.committed(rows);
         }
         Ok(outcomes)
+    }
+}
+
+/// Runs `task` in a savepoint of the group's transaction `tx`: released if
+/// it succeeds (how many rows it wrote), rolled back if it fails (none).
+/// `Err` only if the transaction itself is gone (SQLite rolls it back on
+/// some I/O errors and a full disk, and later statements would each commit
+/// alone) or a savepoint cannot be taken or ended: the group fails.
+fn run_task(tx: &mut Transaction<'_>, task: &mut dyn WriteTask) -> Result<usize, StoreError> {
+    let mut savepoint = tx.savepoint().map_err(failed)?;
+    match task.run(&savepoint) {
+        Ok(rows) => {
+            savepoint.commit().map_err(failed)?;
+            Ok(rows)
+        }
+        Err(error) if savepoint.is_autocommit() => Err(error),
+        Err(_) => {
+            // The task answers its own error; its rows go (ROLLBACK TO),
+            // the group's others stay, and the savepoint ends (RELEASE).
+            savepoint.rollback().map_err(failed)?;
+            savepoint.commit().map_err(failed)?;
+            Ok(0)
+        }
     }
 }
 
@@ -370,3 +457,237 @@ fn sqlite_code(error: &rusqlite::Error) -> Option<i32> {
 #[derive(Debug, thiserror::Error)]
 #[error("the SQLite store is closed")]
 struct WriterClosed;
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use serde_json::json;
+    use time::macros::datetime;
+    use tokio::task::JoinHandle;
+
+    use super::*;
+    use crate::account::AccountId;
+    use crate::records::event::{EventPayload, IntakeChannel};
+    use crate::store::EventSink as _;
+    use crate::store::sqlite::SqliteStore;
+
+    /// A one-event submission of event `n`.
+    fn submission(n: u128) -> EventSubmission {
+        let event = RecordedEvent {
+            event_uuid: Uuid::from_u128(n),
+            account_id: AccountId(Uuid::from_u128(7)),
+            received_at: datetime!(2026-03-01 12:00:00 UTC),
+            event_type: "CONVERSION".to_owned(),
+            event_family: "CDP".to_owned(),
+            conversion_identifier: format!("signup-{n}"),
+            email: "ana@example.com".to_owned(),
+            payload: EventPayload::from_value(&json!({"n": n.to_string()})),
+            channel: IntakeChannel::ApiKey,
+        };
+        EventSubmission {
+            events: vec![event],
+            batch_uuid: None,
+            idempotency: None,
+        }
+    }
+
+    /// How many events with uuid `n` `connection` sees.
+    fn events_seen(connection: &Connection, n: u128) -> Result<i64, StoreError> {
+        connection
+            .query_row(
+                "SELECT COUNT(*) FROM events WHERE event_uuid = ?1",
+                [uuid_text(Uuid::from_u128(n))],
+                |row| row.get(0),
+            )
+            .map_err(failed)
+    }
+
+    /// A store with a table `scratch (note)` for the tasks to write.
+    async fn store_with_scratch() -> SqliteStore {
+        let store = SqliteStore::open_temporary().await.expect("a store");
+        sqlx::query("CREATE TABLE scratch (note TEXT NOT NULL)")
+            .execute(&store.writer)
+            .await
+            .expect("the scratch table");
+        store
+    }
+
+    /// The notes in `scratch`, in the order written.
+    async fn notes(store: &SqliteStore) -> Vec<String> {
+        sqlx::query_scalar("SELECT note FROM scratch ORDER BY rowid")
+            .fetch_all(&store.reader)
+            .await
+            .expect("the notes")
+    }
+
+    /// Writes `note` into `scratch`.
+    fn write_note(connection: &Connection, note: &str) -> Result<(), StoreError> {
+        connection
+            .execute("INSERT INTO scratch (note) VALUES (?1)", [note])
+            .map_err(failed)?;
+        Ok(())
+    }
+
+    /// Runs each of `calls` as one group of the writer: the writer is held
+    /// at the gate with a group of its own until all of them wait in its
+    /// queue, in the order given.
+    async fn in_one_group<T: Send + 'static>(
+        store: &SqliteStore,
+        calls: Vec<std::pin::Pin<Box<dyn Future<Output = T> + Send>>>,
+    ) -> Vec<T> {
+        let turn = store.write_turn().await;
+        let (hold, held) = Task::boxed(|_| Ok(((), 0)));
+        let queue = &store.events.queue;
+        queue.send(Work::Write(hold), "hold").await.expect("queued");
+        // Taken by the thread, which now waits for the gate.
+        until(|| store.events.waiting() == 0).await;
+        let mut handles: Vec<JoinHandle<T>> = Vec::new();
+        for (queued, call) in calls.into_iter().enumerate() {
+            handles.push(tokio::spawn(call));
+            until(|| store.events.waiting() == queued + 1).await;
+        }
+        drop(turn);
+        held.await.expect("answered").expect("the held group");
+        let mut answers = Vec::new();
+        for handle in handles {
+            answers.push(handle.await.expect("joined"));
+        }
+        answers
+    }
+
+    /// Waits until `done` holds; fails the test after ten seconds.
+    async fn until(done: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(tokio::time::Instant::now() < deadline, "never came to pass");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// What a call in a group answered: an event's outcome, or a task's.
+    #[derive(Debug)]
+    enum Answer {
+        Event(Result<RecordOutcome, StoreError>),
+        Task(Result<i64, StoreError>),
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_write_is_rolled_back_alone_and_its_group_committed() {
+        let store = store_with_scratch().await;
+        let (writer, sink) = (store.events.clone(), store.clone());
+        let other = store.events.clone();
+        let failing = store.events.clone();
+        let answers = in_one_group(
+            &store,
+            vec![
+                Box::pin(async move { Answer::Event(sink.record(&submission(1)).await) }),
+                Box::pin(async move {
+                    Answer::Task(
+                        failing
+                            .write("fail", |c| {
+                                write_note(c, "rolled back")?;
+                                Err(StoreError::Duplicate { what: "note" })
+                            })
+                            .await,
+                    )
+                }),
+                Box::pin(async move {
+                    Answer::Task(
+                        writer
+                            .write("note", |c| {
+                                write_note(c, "kept")?;
+                                // The group's event, not yet committed: the
+                                // same transaction.
+                                Ok((events_seen(c, 1)?, 1))
+                            })
+                            .await,
+                    )
+                }),
+                Box::pin(async move { Answer::Event(other.record(&submission(2)).await) }),
+            ],
+        )
+        .await;
+        assert!(
+            matches!(
+                answers.as_slice(),
+                [
+                    Answer::Event(Ok(RecordOutcome::Recorded)),
+                    Answer::Task(Err(StoreError::Duplicate { what: "note" })),
+                    Answer::Task(Ok(1)),
+                    Answer::Event(Ok(RecordOutcome::Recorded)),
+                ]
+            ),
+            "{answers:?}"
+        );
+        assert_eq!(notes(&store).await, ["kept"]);
+        for n in [1, 2] {
+            let uuid = Uuid::from_u128(n);
+            assert!(store.find_event(uuid).await.expect("find").is_some());
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_that_ends_the_transaction_fails_its_whole_group() {
+        let store = store_with_scratch().await;
+        let (sink, ending) = (store.clone(), store.events.clone());
+        let answers = in_one_group(
+            &store,
+            vec![
+                Box::pin(async move { Answer::Event(sink.record(&submission(1)).await) }),
+                Box::pin(async move {
+                    Answer::Task(
+                        ending
+                            .write("end", |c| {
+                                write_note(c, "gone")?;
+                                // As SQLite does on some I/O errors and a
+                                // full disk: the whole transaction is gone,
+                                // and what follows would commit alone.
+                                c.execute_batch("ROLLBACK").map_err(failed)?;
+                                Err(StoreError::backend("end", WriterClosed))
+                            })
+                            .await,
+                    )
+                }),
+            ],
+        )
+        .await;
+        // Each is answered with the error that ended the transaction.
+        for answer in &answers {
+            assert!(
+                matches!(
+                    answer,
+                    Answer::Event(Err(StoreError::Backend { action: "end", .. }))
+                        | Answer::Task(Err(StoreError::Backend { action: "end", .. }))
+                ),
+                "{answers:?}"
+            );
+        }
+        assert!(notes(&store).await.is_empty());
+        let uuid = Uuid::from_u128(1);
+        assert_eq!(store.find_event(uuid).await.expect("find"), None);
+        // The writer goes on with the next group.
+        assert_eq!(
+            store.record(&submission(1)).await.expect("recorded"),
+            RecordOutcome::Recorded
+        );
+        let note = store
+            .events
+            .write("note", |c| Ok((write_note(c, "next")?, 1)));
+        note.await.expect("written");
+        assert_eq!(notes(&store).await, ["next"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_after_the_store_is_closed_fails() {
+        let store = store_with_scratch().await;
+        store.close().await;
+        let written = store
+            .events
+            .write("note", |c| Ok((write_note(c, "late")?, 1)));
+        assert!(matches!(
+            written.await,
+            Err(StoreError::Backend { action: RECORD, .. })
+        ));
+    }
+}

@@ -46,10 +46,12 @@ mod columns;
 mod connection;
 mod event_writer;
 mod events;
+mod outbox_writes;
 mod temporary;
 mod tokens;
 mod webhooks;
 mod write_gate;
+mod write_task;
 
 use std::path::Path;
 use std::sync::Arc;
