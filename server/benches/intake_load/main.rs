@@ -51,7 +51,11 @@
 //! to it and delivered as the flood goes on, the deliveries of its one
 //! contact one after another. With `--baseline`, the baseline build takes
 //! the same two floods right after this build's (`memory-webhook-baseline`,
-//! `sqlite-webhook-baseline`).
+//! `sqlite-webhook-baseline`). The webhook is registered before each of
+//! those floods and deleted, with the deliveries still waiting, right after
+//! it: a server left delivering a flood's backlog took a third of a core
+//! under the next targets' floods (2026-12-06), and every target after the
+//! first webhook flood paid for it.
 //!
 //! `postgres` runs when `DATABASE_URL` names a server, in a schema of its
 //! own that is dropped at the end; `jetstream` (the memory store, events
@@ -191,6 +195,27 @@ struct Target {
     query: String,
     process: release_server::Started,
     refresher: Option<Refresher>,
+    /// Where the webhook registered for each flood delivers (the
+    /// `-webhook` targets).
+    webhook_receiver: Option<SocketAddr>,
+}
+
+impl Target {
+    /// Registers this target's webhook, if it floods with one: its uuid.
+    async fn register_webhook(&mut self) -> Option<String> {
+        let receiver = self.webhook_receiver?;
+        let refresher = self.refresher.as_mut().expect("a service target");
+        Some(refresher.register_webhook(receiver).await)
+    }
+
+    /// Deletes the webhook `register_webhook` registered, and the
+    /// deliveries it still had waiting.
+    async fn delete_webhook(&mut self, webhook: Option<String>) {
+        if let Some(uuid) = webhook {
+            let refresher = self.refresher.as_mut().expect("a service target");
+            refresher.delete_webhook(&uuid).await;
+        }
+    }
 }
 
 async fn run(options: Options) {
@@ -205,6 +230,7 @@ async fn run(options: Options) {
         query: "api_key=none".to_owned(),
         process: bare,
         refresher: None,
+        webhook_receiver: None,
     }];
     let database_url = std::env::var("DATABASE_URL").ok();
     // PostgreSQL's tail under a long flood depends on the server's own
@@ -305,10 +331,7 @@ async fn run(options: Options) {
     }
     for (name, store, extra, binary) in stores {
         let (process, address, credentials) = start_server(binary, &dir, name, &store, &extra);
-        let mut refresher = Refresher::connect(address, &credentials).await;
-        if name.contains("-webhook") {
-            refresher.register_webhook(bare_address).await;
-        }
+        let refresher = Refresher::connect(address, &credentials).await;
         targets.push(Target {
             name,
             address,
@@ -318,6 +341,7 @@ async fn run(options: Options) {
             ),
             process,
             refresher: Some(refresher),
+            webhook_receiver: name.contains("-webhook").then_some(bare_address),
         });
     }
 
@@ -326,15 +350,18 @@ async fn run(options: Options) {
             seconds: options.warmup,
             ..options.clone()
         };
-        for target in &targets {
+        for target in &mut targets {
+            let webhook = target.register_webhook().await;
             let deadline = Instant::now() + Duration::from_secs(warmup.seconds);
             load(target.address, &target.query, &warmup, deadline).await;
+            target.delete_webhook(webhook).await;
         }
     }
     let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); targets.len()];
     let mut refreshes: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
     for round in 0..options.rounds {
         for (index, target) in targets.iter_mut().enumerate() {
+            let webhook = target.register_webhook().await;
             let deadline = Instant::now() + Duration::from_secs(options.seconds);
             let refreshing = target
                 .refresher
@@ -354,6 +381,7 @@ async fn run(options: Options) {
                 refreshes[index].extend(latencies);
                 target.refresher = Some(refresher);
             }
+            target.delete_webhook(webhook).await;
             eprintln!(
                 "round {} {:>8}: {:>8.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  failures {}  refresh p99 {:>6.2} ms  {}",
                 round + 1,
@@ -742,17 +770,26 @@ impl Refresher {
         refresher
     }
 
-    /// Registers a `WEBHOOK.CONVERTED` webhook of the demo account (every
-    /// conversion) at the bare handler listening on `receiver`, with an
-    /// access token of this client's grant.
-    async fn register_webhook(&mut self, receiver: SocketAddr) {
+    /// A fresh access token of this client's grant (its refresh token
+    /// rotated).
+    async fn access_token(&mut self) -> String {
         let presented = self.refresh_token.clone();
         let tokens = self.tokens(("refresh_token", &presented)).await;
         self.refresh_token = tokens["refresh_token"]
             .as_str()
             .expect("a refresh token")
             .to_owned();
-        let access = tokens["access_token"].as_str().expect("an access token");
+        tokens["access_token"]
+            .as_str()
+            .expect("an access token")
+            .to_owned()
+    }
+
+    /// Registers a `WEBHOOK.CONVERTED` webhook of the demo account (every
+    /// conversion) at the bare handler listening on `receiver`, with an
+    /// access token of this client's grant; its uuid.
+    async fn register_webhook(&mut self, receiver: SocketAddr) -> String {
+        let access = self.access_token().await;
         let reply = self
             .http
             .post(format!("{}/integrations/webhooks", self.base))
@@ -774,6 +811,27 @@ impl Refresher {
         let status = reply.status();
         let body = reply.text().await.unwrap_or_default();
         assert!(status.is_success(), "a webhook registered: {status} {body}");
+        let webhook: Value = serde_json::from_str(&body).expect("a JSON webhook");
+        webhook["uuid"]
+            .as_str()
+            .unwrap_or_else(|| panic!("the webhook's uuid in {body}"))
+            .to_owned()
+    }
+
+    /// Deletes the webhook `uuid`, and with it the deliveries it still has
+    /// waiting.
+    async fn delete_webhook(&mut self, uuid: &str) {
+        let access = self.access_token().await;
+        let reply = self
+            .http
+            .delete(format!("{}/integrations/webhooks/{uuid}", self.base))
+            .timeout(Duration::from_secs(120))
+            .bearer_auth(access)
+            .send()
+            .await
+            .expect("the webhook endpoint");
+        let status = reply.status();
+        assert!(status.is_success(), "the webhook deleted: {status}");
     }
 
     /// Posts the token request with `grant` and returns the refresh token.

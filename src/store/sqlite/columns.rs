@@ -44,75 +44,88 @@ pub(super) fn from_micros(micros: i64) -> Option<OffsetDateTime> {
 /// JSON text.
 pub(super) type Columns = sql::Columns<SqliteRow>;
 
-impl RecordColumns for Columns {
-    fn action(&self) -> &'static str {
-        self.action
-    }
+/// Reads SQLite's stored forms the same way from sqlx's rows ([`Columns`])
+/// and from the writer of events' rusqlite rows ([`RowColumns`]): each has
+/// an `action`, `get` and `parse_json`.
+macro_rules! record_columns {
+    ($row:ty) => {
+        impl RecordColumns for $row {
+            fn action(&self) -> &'static str {
+                self.action
+            }
 
-    fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
-        parse_uuid(self.action, column, &self.get::<String>(column)?)
-    }
+            fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
+                parse_uuid(self.action, column, &self.get::<String>(column)?)
+            }
 
-    fn optional_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
-        self.get::<Option<String>>(column)?
-            .map(|text| parse_uuid(self.action, column, &text))
-            .transpose()
-    }
+            fn optional_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
+                self.get::<Option<String>>(column)?
+                    .map(|text| parse_uuid(self.action, column, &text))
+                    .transpose()
+            }
 
-    fn uuids(&self, column: &'static str) -> Result<Vec<Uuid>, StoreError> {
-        self.parse_json(column)
-    }
+            fn uuids(&self, column: &'static str) -> Result<Vec<Uuid>, StoreError> {
+                self.parse_json(column)
+            }
 
-    fn time(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
-        instant(self.action, column, self.get(column)?)
-    }
+            fn time(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
+                instant(self.action, column, self.get(column)?)
+            }
 
-    fn optional_time(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError> {
-        self.get::<Option<i64>>(column)?
-            .map(|micros| instant(self.action, column, micros))
-            .transpose()
-    }
+            fn optional_time(
+                &self,
+                column: &'static str,
+            ) -> Result<Option<OffsetDateTime>, StoreError> {
+                self.get::<Option<i64>>(column)?
+                    .map(|micros| instant(self.action, column, micros))
+                    .transpose()
+            }
 
-    fn text(&self, column: &'static str) -> Result<String, StoreError> {
-        self.get(column)
-    }
+            fn text(&self, column: &'static str) -> Result<String, StoreError> {
+                self.get(column)
+            }
 
-    fn optional_text(&self, column: &'static str) -> Result<Option<String>, StoreError> {
-        self.get(column)
-    }
+            fn optional_text(&self, column: &'static str) -> Result<Option<String>, StoreError> {
+                self.get(column)
+            }
 
-    fn flag(&self, column: &'static str) -> Result<bool, StoreError> {
-        self.get(column)
-    }
+            fn flag(&self, column: &'static str) -> Result<bool, StoreError> {
+                self.get(column)
+            }
 
-    fn integer(&self, column: &'static str) -> Result<i64, StoreError> {
-        self.get(column)
-    }
+            fn integer(&self, column: &'static str) -> Result<i64, StoreError> {
+                self.get(column)
+            }
 
-    fn optional_integer(&self, column: &'static str) -> Result<Option<i64>, StoreError> {
-        self.get(column)
-    }
+            fn optional_integer(&self, column: &'static str) -> Result<Option<i64>, StoreError> {
+                self.get(column)
+            }
 
-    fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError> {
-        self.get(column)
-    }
+            fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError> {
+                self.get(column)
+            }
 
-    fn optional_bytes(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.get(column)
-    }
+            fn optional_bytes(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError> {
+                self.get(column)
+            }
 
-    fn strings(&self, column: &'static str) -> Result<Vec<String>, StoreError> {
-        self.parse_json(column)
-    }
+            fn strings(&self, column: &'static str) -> Result<Vec<String>, StoreError> {
+                self.parse_json(column)
+            }
 
-    fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
-        self.parse_json(column)
-    }
+            fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
+                self.parse_json(column)
+            }
 
-    fn payload(&self, column: &'static str) -> Result<EventPayload, StoreError> {
-        self.parse_json(column).map(EventPayload::from_raw)
-    }
+            fn payload(&self, column: &'static str) -> Result<EventPayload, StoreError> {
+                self.parse_json(column).map(EventPayload::from_raw)
+            }
+        }
+    };
 }
+
+record_columns!(Columns);
+record_columns!(RowColumns<'_>);
 
 /// A row read through the writer of events' own connection (rusqlite),
 /// stored as [`Columns`] says.
@@ -146,76 +159,6 @@ impl<'r> RowColumns<'r> {
     ) -> Result<T, StoreError> {
         let text: String = self.get(column)?;
         serde_json::from_str(&text).map_err(|_| malformed(self.action, column))
-    }
-}
-
-impl RecordColumns for RowColumns<'_> {
-    fn action(&self) -> &'static str {
-        self.action
-    }
-
-    fn uuid(&self, column: &'static str) -> Result<Uuid, StoreError> {
-        parse_uuid(self.action, column, &self.get::<String>(column)?)
-    }
-
-    fn optional_uuid(&self, column: &'static str) -> Result<Option<Uuid>, StoreError> {
-        self.get::<Option<String>>(column)?
-            .map(|text| parse_uuid(self.action, column, &text))
-            .transpose()
-    }
-
-    fn uuids(&self, column: &'static str) -> Result<Vec<Uuid>, StoreError> {
-        self.parse_json(column)
-    }
-
-    fn time(&self, column: &'static str) -> Result<OffsetDateTime, StoreError> {
-        instant(self.action, column, self.get(column)?)
-    }
-
-    fn optional_time(&self, column: &'static str) -> Result<Option<OffsetDateTime>, StoreError> {
-        self.get::<Option<i64>>(column)?
-            .map(|micros| instant(self.action, column, micros))
-            .transpose()
-    }
-
-    fn text(&self, column: &'static str) -> Result<String, StoreError> {
-        self.get(column)
-    }
-
-    fn optional_text(&self, column: &'static str) -> Result<Option<String>, StoreError> {
-        self.get(column)
-    }
-
-    fn flag(&self, column: &'static str) -> Result<bool, StoreError> {
-        self.get(column)
-    }
-
-    fn integer(&self, column: &'static str) -> Result<i64, StoreError> {
-        self.get(column)
-    }
-
-    fn optional_integer(&self, column: &'static str) -> Result<Option<i64>, StoreError> {
-        self.get(column)
-    }
-
-    fn bytes(&self, column: &'static str) -> Result<Vec<u8>, StoreError> {
-        self.get(column)
-    }
-
-    fn optional_bytes(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.get(column)
-    }
-
-    fn strings(&self, column: &'static str) -> Result<Vec<String>, StoreError> {
-        self.parse_json(column)
-    }
-
-    fn json(&self, column: &'static str) -> Result<serde_json::Value, StoreError> {
-        self.parse_json(column)
-    }
-
-    fn payload(&self, column: &'static str) -> Result<EventPayload, StoreError> {
-        self.parse_json(column).map(EventPayload::from_raw)
     }
 }
 

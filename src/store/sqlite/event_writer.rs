@@ -122,8 +122,7 @@ impl EventWriter {
     }
 
     /// Runs `write` inside the next group's transaction, in a savepoint of
-    /// its own, and answers what it returned (its result, and how many rows
-    /// it wrote) once the group is committed. `action` names the failure
+    /// its own, and answers what it returned once the group is committed. `action` names the failure
     /// if the writer has stopped.
     ///
     /// # Errors
@@ -133,7 +132,7 @@ impl EventWriter {
     pub(super) async fn write<T, F>(&self, action: &'static str, write: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<(T, usize), StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (task, answer) = Task::boxed(write);
         self.queue.send(Work::Write(task), action).await?;
@@ -235,38 +234,36 @@ impl Writer {
                 outcome => outcomes.push(outcome),
             }
         }
-        let mut rows: usize = jobs.iter().map(|job| job.submission.events.len()).sum();
         for task in tasks {
-            rows += run_task(&mut tx, task.as_mut())?;
+            run_task(&mut tx, task.as_mut())?;
         }
         // Only a committed submission is acknowledged.
         tx.commit().map_err(failed)?;
         if let Some(checkpointer) = &mut self.checkpointer {
-            checkpointer.committed(rows);
+            // Events only: a webhook's deliveries, about one row an event,
+            // at most double the log between checkpoints, and the
+            // connections' own bound on the log still holds.
+            checkpointer.committed(jobs.iter().map(|job| job.submission.events.len()).sum());
         }
         Ok(outcomes)
     }
 }
 
 /// Runs `task` in a savepoint of the group's transaction `tx`: released if
-/// it succeeds (how many rows it wrote), rolled back if it fails (none).
+/// it succeeds, rolled back if it fails.
 /// `Err` only if the transaction itself is gone (SQLite rolls it back on
 /// some I/O errors and a full disk, and later statements would each commit
 /// alone) or a savepoint cannot be taken or ended: the group fails.
-fn run_task(tx: &mut Transaction<'_>, task: &mut dyn WriteTask) -> Result<usize, StoreError> {
+fn run_task(tx: &mut Transaction<'_>, task: &mut dyn WriteTask) -> Result<(), StoreError> {
     let mut savepoint = tx.savepoint().map_err(failed)?;
     match task.run(&savepoint) {
-        Ok(rows) => {
-            savepoint.commit().map_err(failed)?;
-            Ok(rows)
-        }
+        Ok(()) => savepoint.commit().map_err(failed),
         Err(error) if savepoint.is_autocommit() => Err(error),
         Err(_) => {
             // The task answers its own error; its rows go (ROLLBACK TO),
             // the group's others stay, and the savepoint ends (RELEASE).
             savepoint.rollback().map_err(failed)?;
-            savepoint.commit().map_err(failed)?;
-            Ok(0)
+            savepoint.commit().map_err(failed)
         }
     }
 }
@@ -537,7 +534,7 @@ mod tests {
         calls: Vec<std::pin::Pin<Box<dyn Future<Output = T> + Send>>>,
     ) -> Vec<T> {
         let turn = store.write_turn().await;
-        let (hold, held) = Task::boxed(|_| Ok(((), 0)));
+        let (hold, held) = Task::boxed(|_| Ok(()));
         let queue = &store.events.queue;
         queue.send(Work::Write(hold), "hold").await.expect("queued");
         // Taken by the thread, which now waits for the gate.
@@ -599,7 +596,7 @@ mod tests {
                                 write_note(c, "kept")?;
                                 // The group's event, not yet committed: the
                                 // same transaction.
-                                Ok((events_seen(c, 1)?, 1))
+                                events_seen(c, 1)
                             })
                             .await,
                     )
@@ -671,9 +668,7 @@ mod tests {
             store.record(&submission(1)).await.expect("recorded"),
             RecordOutcome::Recorded
         );
-        let note = store
-            .events
-            .write("note", |c| Ok((write_note(c, "next")?, 1)));
+        let note = store.events.write("note", |c| write_note(c, "next"));
         note.await.expect("written");
         assert_eq!(notes(&store).await, ["next"]);
     }
@@ -682,9 +677,7 @@ mod tests {
     async fn a_write_after_the_store_is_closed_fails() {
         let store = store_with_scratch().await;
         store.close().await;
-        let written = store
-            .events
-            .write("note", |c| Ok((write_note(c, "late")?, 1)));
+        let written = store.events.write("note", |c| write_note(c, "late"));
         assert!(matches!(
             written.await,
             Err(StoreError::Backend { action: RECORD, .. })

@@ -33,14 +33,13 @@ fn backend(action: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
 /// Moves the dispatcher's cursor from `from` to `to` and records
 /// `deliveries` (numbered in the order given, each only while its webhook
 /// exists and its id is not recorded yet), marking the page's queue heads.
-/// `false` (nothing written) if the cursor is no longer at `from`. With the
-/// result, how many rows were written.
+/// `false` (nothing written) if the cursor is no longer at `from`.
 pub(super) fn dispatch(
     connection: &Connection,
     from: &FeedCursor,
     to: &FeedCursor,
     deliveries: &[Delivery],
-) -> Result<(bool, usize), StoreError> {
+) -> Result<bool, StoreError> {
     const ACTION: &str = "dispatch webhook deliveries";
     let moved = connection
         .prepare_cached(
@@ -50,7 +49,7 @@ pub(super) fn dispatch(
         .map_err(backend(ACTION))?;
     if moved == 0 {
         // Another dispatcher passed this page first.
-        return Ok((false, 0));
+        return Ok(false);
     }
     // Every number drawn below is larger (AUTOINCREMENT).
     let numbered_before: i64 = connection
@@ -72,9 +71,8 @@ pub(super) fn dispatch(
              ON CONFLICT (id) DO NOTHING",
         )
         .map_err(backend(ACTION))?;
-    let mut written = 1;
     for delivery in deliveries {
-        written += insert
+        insert
             .execute(params![
                 uuid_text(delivery.id.0),
                 uuid_text(delivery.webhook_id.0),
@@ -100,18 +98,18 @@ pub(super) fn dispatch(
         )
         .and_then(|mut statement| statement.execute([numbered_before]))
         .map_err(backend(ACTION))?;
-    Ok((true, written))
+    Ok(true)
 }
 
 /// Leases up to `limit` due queue heads of active webhooks not in `skip`
-/// until `lease_until`, in due order; with how many rows were written.
+/// until `lease_until`, in due order.
 pub(super) fn lease(
     connection: &Connection,
     now: OffsetDateTime,
     lease_until: OffsetDateTime,
     limit: usize,
     skip: &[WebhookId],
-) -> Result<(Vec<LeasedDelivery>, usize), StoreError> {
+) -> Result<Vec<LeasedDelivery>, StoreError> {
     const ACTION: &str = "lease webhook deliveries";
     let skip: Vec<String> = skip.iter().map(|id| uuid_text(id.0)).collect();
     let mut select = connection
@@ -145,7 +143,7 @@ pub(super) fn lease(
         mark.execute(params![until, number])
             .map_err(backend(ACTION))?;
     }
-    Ok((leased, numbers.len()))
+    Ok(leased)
 }
 
 /// Records `attempt` on its delivery, if the delivery is still pending
@@ -153,14 +151,14 @@ pub(super) fn lease(
 /// delivery ended or rescheduled (`next`), its queue's next head marked,
 /// the webhook's `change` applied against what the attempts before left,
 /// the attempt kept among its webhook's last [`KEPT_ATTEMPTS`]. The change
-/// applied, with how many rows were written.
+/// applied.
 pub(super) fn finish_attempt(
     connection: &Connection,
     attempt: &AttemptRecord,
     leased_until: OffsetDateTime,
     next: NextColumns,
     change: WebhookChange,
-) -> Result<(WebhookChange, usize), StoreError> {
+) -> Result<WebhookChange, StoreError> {
     const ACTION: &str = "record a webhook attempt";
     let delivery = uuid_text(attempt.delivery_id.0);
     let finished_at = opt_micros(next.finished_at)?;
@@ -189,7 +187,7 @@ pub(super) fn finish_attempt(
         // Deleted with its webhook while the attempt ran, or leased by
         // another sender once this one's lease ran out (and perhaps ended
         // by it): nothing to keep, the delivery is left as it is.
-        return Ok((change.applied(None, attempt.at), 0));
+        return Ok(change.applied(None, attempt.at));
     }
     // The head of the delivery's queue (migration 0009): its contact's
     // earliest pending delivery to its webhook. That is the next one once
@@ -266,5 +264,5 @@ pub(super) fn finish_attempt(
         )
         .and_then(|mut statement| statement.execute(params![webhook, count(KEPT_ATTEMPTS)]))
         .map_err(backend(ACTION))?;
-    Ok((applied, 4))
+    Ok(applied)
 }

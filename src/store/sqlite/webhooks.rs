@@ -1,14 +1,18 @@
 //! [`WebhookStore`] on SQLite: webhooks, the dispatcher's cursor, the
 //! outbox of deliveries and the last attempts of each webhook.
 //!
-//! Every write goes through the sqlx writer, in its turn at the write gate.
-//! What reads before it writes (inserting a webhook, the cursor's
-//! compare-and-set with its deliveries, a lease, an attempt with its
-//! consequences, a deletion) runs in a `BEGIN IMMEDIATE` transaction, which
-//! holds SQLite's write lock from its first statement: no other connection
-//! or process writes between its read and its write, so a delivery is never
-//! leased twice and a page is never dispatched twice. The uniqueness of a
-//! URL is the `webhooks_url_unique` index's.
+//! The outbox's hot writes (a page dispatched, deliveries leased, an
+//! attempt finished), which a busy webhook makes several times a second,
+//! ride in the writer of events' groups ([`outbox_writes`], queued as
+//! [`write_task`](super::write_task)s): they share the group's one sync.
+//! The rare writes (a webhook registered, changed, switched or deleted; the
+//! purge; the repair of queue heads) go through the sqlx writer, in its
+//! turn at the write gate. What reads before it writes runs under SQLite's
+//! write lock from its first statement (the group's `BEGIN IMMEDIATE`, or a
+//! `BEGIN IMMEDIATE` of its own): no other connection or process writes
+//! between its read and its write, so a delivery is never leased twice and
+//! a page is never dispatched twice. The uniqueness of a URL is the
+//! `webhooks_url_unique` index's.
 
 use async_trait::async_trait;
 use time::OffsetDateTime;

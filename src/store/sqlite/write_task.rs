@@ -27,12 +27,11 @@ use crate::store::error::StoreError;
 /// answers once the group is committed (or has failed).
 pub(super) trait WriteTask: Send {
     /// Does the write on `connection`, which is inside a savepoint the
-    /// writer releases on `Ok` and rolls back on `Err`. `Ok` holds how many
-    /// rows it wrote, which the writer counts toward its next checkpoint.
+    /// writer releases on `Ok` and rolls back on `Err`.
     ///
     /// # Errors
     /// Whatever the write failed with; the task then answers with it.
-    fn run(&mut self, connection: &Connection) -> Result<usize, StoreError>;
+    fn run(&mut self, connection: &Connection) -> Result<(), StoreError>;
 
     /// Answers the caller: with what [`WriteTask::run`] produced if the
     /// group was committed, else with `group`'s error.
@@ -52,10 +51,9 @@ pub(super) struct Task<T, F> {
 impl<T, F> Task<T, F>
 where
     T: Send + 'static,
-    F: FnOnce(&Connection) -> Result<(T, usize), StoreError> + Send + 'static,
+    F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
 {
-    /// The task of `write` (which returns its result and how many rows it
-    /// wrote), and where its answer arrives.
+    /// The task of `write`, and where its answer arrives.
     pub(super) fn boxed(
         write: F,
     ) -> (Box<dyn WriteTask>, oneshot::Receiver<Result<T, StoreError>>) {
@@ -72,18 +70,18 @@ where
 impl<T, F> WriteTask for Task<T, F>
 where
     T: Send + 'static,
-    F: FnOnce(&Connection) -> Result<(T, usize), StoreError> + Send + 'static,
+    F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
 {
-    fn run(&mut self, connection: &Connection) -> Result<usize, StoreError> {
+    fn run(&mut self, connection: &Connection) -> Result<(), StoreError> {
         let Some(write) = self.write.take() else {
             // Run twice: a bug of the writer's, answered rather than
             // panicking on its thread.
             return Err(StoreError::backend("run a write", RunTwice));
         };
         match write(connection) {
-            Ok((value, rows)) => {
+            Ok(value) => {
                 self.produced = Some(Ok(value));
-                Ok(rows)
+                Ok(())
             }
             Err(error) => {
                 self.produced = Some(Err(error.clone()));
@@ -128,9 +126,9 @@ mod tests {
             let two: i64 = c
                 .query_row("SELECT 1 + 1", [], |row| row.get(0))
                 .map_err(|e| StoreError::backend("add", e))?;
-            Ok((two, 3))
+            Ok(two)
         });
-        assert_eq!(task.run(&connection()).unwrap(), 3, "rows written");
+        task.run(&connection()).unwrap();
         assert!(answer.try_recv().is_err(), "no answer before the COMMIT");
         task.answer(Ok(()));
         assert_eq!(answer.try_recv().unwrap().unwrap(), 2);
@@ -138,7 +136,7 @@ mod tests {
 
     #[test]
     fn a_failed_group_answers_its_error_whatever_the_task_produced() {
-        let (mut task, mut answer) = Task::boxed(|_: &Connection| Ok(((), 1)));
+        let (mut task, mut answer) = Task::boxed(|_: &Connection| Ok(()));
         task.run(&connection()).unwrap();
         task.answer(Err(StoreError::backend("commit", NeverRun)));
         assert!(matches!(
@@ -152,9 +150,8 @@ mod tests {
 
     #[test]
     fn a_failed_task_answers_its_own_error() {
-        let (mut task, mut answer) = Task::boxed(|_: &Connection| {
-            Err::<((), usize), _>(StoreError::Duplicate { what: "x" })
-        });
+        let (mut task, mut answer) =
+            Task::boxed(|_: &Connection| Err::<(), _>(StoreError::Duplicate { what: "x" }));
         assert!(matches!(
             task.run(&connection()),
             Err(StoreError::Duplicate { what: "x" })
@@ -169,14 +166,14 @@ mod tests {
 
     #[test]
     fn a_task_runs_once_and_never_answers_unrun_work_as_done() {
-        let (mut task, _answer) = Task::boxed(|_: &Connection| Ok((7, 0)));
+        let (mut task, _answer) = Task::boxed(|_: &Connection| Ok(7));
         task.run(&connection()).unwrap();
         assert!(matches!(
             task.run(&connection()),
             Err(StoreError::Backend { .. })
         ));
 
-        let (task, mut unrun) = Task::boxed(|_: &Connection| Ok((7, 0)));
+        let (task, mut unrun) = Task::boxed(|_: &Connection| Ok(7));
         task.answer(Ok(()));
         assert!(matches!(
             unrun.try_recv().unwrap(),
