@@ -122,8 +122,8 @@ impl EventWriter {
     }
 
     /// Runs `write` inside the next group's transaction, in a savepoint of
-    /// its own, and answers what it returned once the group is committed. `action` names the failure
-    /// if the writer has stopped.
+    /// its own, and answers what it returned once the group is committed.
+    /// `action` names the failure if the writer has stopped.
     ///
     /// # Errors
     /// What `write` failed with (its writes rolled back, the group's
@@ -250,10 +250,10 @@ impl Writer {
 }
 
 /// Runs `task` in a savepoint of the group's transaction `tx`: released if
-/// it succeeds, rolled back if it fails.
-/// `Err` only if the transaction itself is gone (SQLite rolls it back on
-/// some I/O errors and a full disk, and later statements would each commit
-/// alone) or a savepoint cannot be taken or ended: the group fails.
+/// it succeeds, rolled back if it fails. `Err` only if the transaction
+/// itself is gone (SQLite rolls it back on some I/O errors and a full
+/// disk, and later statements would each commit alone) or a savepoint
+/// cannot be taken or ended: the group fails.
 fn run_task(tx: &mut Transaction<'_>, task: &mut dyn WriteTask) -> Result<(), StoreError> {
     let mut savepoint = tx.savepoint().map_err(failed)?;
     match task.run(&savepoint) {
