@@ -529,17 +529,14 @@ mod tests {
     /// Runs each of `calls` as one group of the writer: the writer is held
     /// at the gate with a group of its own until all of them wait in its
     /// queue, in the order given.
-    async fn in_one_group<T: Send + 'static>(
-        store: &SqliteStore,
-        calls: Vec<std::pin::Pin<Box<dyn Future<Output = T> + Send>>>,
-    ) -> Vec<T> {
+    async fn in_one_group(store: &SqliteStore, calls: Vec<Call>) -> Vec<Answer> {
         let turn = store.write_turn().await;
         let (hold, held) = Task::boxed(|_| Ok(()));
         let queue = &store.events.queue;
         queue.send(Work::Write(hold), "hold").await.expect("queued");
         // Taken by the thread, which now waits for the gate.
         until(|| store.events.waiting() == 0).await;
-        let mut handles: Vec<JoinHandle<T>> = Vec::new();
+        let mut handles: Vec<JoinHandle<Answer>> = Vec::new();
         for (queued, call) in calls.into_iter().enumerate() {
             handles.push(tokio::spawn(call));
             until(|| store.events.waiting() == queued + 1).await;
@@ -569,42 +566,42 @@ mod tests {
         Task(Result<i64, StoreError>),
     }
 
+    /// A call to run in a group: it answers what it got.
+    type Call = std::pin::Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+    /// Recording event `n` through `store`'s sink.
+    fn record_call(store: &SqliteStore, n: u128) -> Call {
+        let sink = store.clone();
+        Box::pin(async move { Answer::Event(sink.record(&submission(n)).await) })
+    }
+
+    /// Running `write` as a task of `store`'s writer.
+    fn write_call<F>(store: &SqliteStore, write: F) -> Call
+    where
+        F: FnOnce(&Connection) -> Result<i64, StoreError> + Send + 'static,
+    {
+        let writer = store.events.clone();
+        Box::pin(async move { Answer::Task(writer.write("write", write).await) })
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failing_write_is_rolled_back_alone_and_its_group_committed() {
         let store = store_with_scratch().await;
-        let (writer, sink) = (store.events.clone(), store.clone());
-        let other = store.events.clone();
-        let failing = store.events.clone();
-        let answers = in_one_group(
-            &store,
-            vec![
-                Box::pin(async move { Answer::Event(sink.record(&submission(1)).await) }),
-                Box::pin(async move {
-                    Answer::Task(
-                        failing
-                            .write("fail", |c| {
-                                write_note(c, "rolled back")?;
-                                Err(StoreError::Duplicate { what: "note" })
-                            })
-                            .await,
-                    )
-                }),
-                Box::pin(async move {
-                    Answer::Task(
-                        writer
-                            .write("note", |c| {
-                                write_note(c, "kept")?;
-                                // The group's event, not yet committed: the
-                                // same transaction.
-                                events_seen(c, 1)
-                            })
-                            .await,
-                    )
-                }),
-                Box::pin(async move { Answer::Event(other.record(&submission(2)).await) }),
-            ],
-        )
-        .await;
+        let calls = vec![
+            record_call(&store, 1),
+            write_call(&store, |c| {
+                write_note(c, "rolled back")?;
+                Err(StoreError::Duplicate { what: "note" })
+            }),
+            write_call(&store, |c| {
+                write_note(c, "kept")?;
+                // The group's event, not yet committed: the same
+                // transaction.
+                events_seen(c, 1)
+            }),
+            record_call(&store, 2),
+        ];
+        let answers = in_one_group(&store, calls).await;
         assert!(
             matches!(
                 answers.as_slice(),
@@ -627,28 +624,18 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_that_ends_the_transaction_fails_its_whole_group() {
         let store = store_with_scratch().await;
-        let (sink, ending) = (store.clone(), store.events.clone());
-        let answers = in_one_group(
-            &store,
-            vec![
-                Box::pin(async move { Answer::Event(sink.record(&submission(1)).await) }),
-                Box::pin(async move {
-                    Answer::Task(
-                        ending
-                            .write("end", |c| {
-                                write_note(c, "gone")?;
-                                // As SQLite does on some I/O errors and a
-                                // full disk: the whole transaction is gone,
-                                // and what follows would commit alone.
-                                c.execute_batch("ROLLBACK").map_err(failed)?;
-                                Err(StoreError::backend("end", WriterClosed))
-                            })
-                            .await,
-                    )
-                }),
-            ],
-        )
-        .await;
+        let calls = vec![
+            record_call(&store, 1),
+            write_call(&store, |c| {
+                write_note(c, "gone")?;
+                // As SQLite does on some I/O errors and a full disk: the
+                // whole transaction is gone, and what follows would commit
+                // alone.
+                c.execute_batch("ROLLBACK").map_err(failed)?;
+                Err(StoreError::backend("end", WriterClosed))
+            }),
+        ];
+        let answers = in_one_group(&store, calls).await;
         // Each is answered with the error that ended the transaction.
         for answer in &answers {
             assert!(
