@@ -294,6 +294,26 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_clones_and_debug_prints_whatever_it_carries() {
+        /// Work that is neither `Clone` nor `Debug`.
+        struct Opaque;
+        impl From<Job> for Opaque {
+            fn from(_: Job) -> Self {
+                Self
+            }
+        }
+        let (queue, mut taken) = GroupQueue::<Opaque>::new(4);
+        let clone = queue.clone();
+        assert!(format!("{clone:?}").starts_with("GroupQueue("));
+        let runtime = one_worker();
+        runtime.block_on(async {
+            clone.send(Opaque, RECORD).await.expect("queued");
+            assert_eq!(queue.waiting(), 1, "one queue behind both handles");
+            assert!(taken.recv().await.is_some());
+        });
+    }
+
+    #[test]
     fn on_a_current_thread_runtime_a_group_is_answered_at_once() {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
