@@ -661,6 +661,48 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_group_takes_at_most_max_group_calls_events_and_writes_together() {
+        let store = store_with_scratch().await;
+        // What each write saw committed before it, read on a connection of
+        // its own: the writes of one group see none of their group's notes.
+        let reader = Connection::open(store.path()).expect("a reading connection");
+        let reader = Arc::new(std::sync::Mutex::new(reader));
+        let committed_notes = move |_: &Connection| {
+            let reader = reader.lock().expect("the reader");
+            reader
+                .query_row("SELECT COUNT(*) FROM scratch", [], |row| {
+                    row.get::<_, i64>(0)
+                })
+                .map_err(failed)
+        };
+        let mut calls = vec![record_call(&store, 1)];
+        for _ in 0..MAX_GROUP + 40 {
+            let seen = committed_notes.clone();
+            calls.push(write_call(&store, move |c| {
+                write_note(c, "n")?;
+                seen(c)
+            }));
+        }
+        let answers = in_one_group(&store, calls).await;
+        let seen: Vec<i64> = answers
+            .iter()
+            .filter_map(|answer| match answer {
+                Answer::Task(seen) => Some(*seen.as_ref().expect("written")),
+                Answer::Event(recorded) => {
+                    assert!(matches!(recorded, Ok(RecordOutcome::Recorded)));
+                    None
+                }
+            })
+            .collect();
+        // The event and the first MAX_GROUP - 1 writes in one group; the
+        // rest in the next, after its COMMIT.
+        let first = MAX_GROUP - 1;
+        assert!(seen[..first].iter().all(|&n| n == 0), "{seen:?}");
+        let committed = i64::try_from(first).expect("small");
+        assert!(seen[first..].iter().all(|&n| n == committed), "{seen:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_after_the_store_is_closed_fails() {
         let store = store_with_scratch().await;
         store.close().await;
