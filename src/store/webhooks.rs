@@ -11,9 +11,11 @@
 //! deliveries into an outbox *atomically with the cursor's advance*
 //! ([`WebhookStore::dispatch`]):
 //!
-//! - intake stays as fast as it is: its hot path (the group commit of
-//!   events) gains no lookup of webhooks and no extra rows, and a store
-//!   whose events go elsewhere (JetStream) loses nothing;
+//! - intake stays as fast as it is: its hot path (recording a submission)
+//!   gains no lookup of webhooks and no extra rows, and a store whose
+//!   events go elsewhere (JetStream) loses nothing (SQLite's single writer
+//!   runs the outbox's writes in its groups of events, after them, each in
+//!   a savepoint of its own: they share a group's sync, not its rows);
 //! - an event is acknowledged only once in the feed, so it reaches the
 //!   outbox however the process dies: the cursor moves only with the
 //!   deliveries of the page it passes;
@@ -131,7 +133,8 @@ pub trait WebhookStore: Send + Sync {
     /// set back, a feed replayed), which must not stop the dispatcher.
     /// `deliveries` may be of any number and size: a store that bounds
     /// what one statement carries records them in several, in one
-    /// transaction (the SQL stores, at 8 MiB of text a statement).
+    /// transaction (PostgreSQL, at 8 MiB of text a statement; SQLite binds
+    /// them row by row).
     ///
     /// # Errors
     /// `Backend` on failure (then nothing changed).

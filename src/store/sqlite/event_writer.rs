@@ -187,7 +187,11 @@ impl Writer {
                     next = queue.try_recv().ok();
                 }
             }
-            crate::metrics::group_commit("sqlite", jobs.len() + tasks.len(), queue.len());
+            // Submissions per group, as PostgreSQL's writer counts them: a
+            // group of the webhook outbox's writes alone is not one.
+            if !jobs.is_empty() {
+                crate::metrics::group_commit("sqlite", jobs.len(), queue.len());
+            }
             let outcomes = {
                 let _turn = self.gate.blocking_turn();
                 self.record_group(&jobs, &mut tasks)
@@ -240,8 +244,9 @@ impl Writer {
         // Only a committed submission is acknowledged.
         tx.commit().map_err(failed)?;
         if let Some(checkpointer) = &mut self.checkpointer {
-            // Events only: a webhook's deliveries, about one row an event,
-            // at most double the log between checkpoints, and the
+            // Events only: the outbox's rows (a delivery an event for each
+            // webhook that wants it, and the leases and attempts) grow the
+            // log between two checkpoints by as many again, and the
             // connections' own bound on the log still holds.
             checkpointer.committed(jobs.iter().map(|job| job.submission.events.len()).sum());
         }
@@ -258,7 +263,9 @@ fn run_task(tx: &mut Transaction<'_>, task: &mut dyn WriteTask) -> Result<(), St
     let mut savepoint = tx.savepoint().map_err(failed)?;
     match task.run(&savepoint) {
         Ok(()) => savepoint.commit().map_err(failed),
-        Err(error) if savepoint.is_autocommit() => Err(error),
+        // The group's events are answered a failure of the database, whatever
+        // the task's own error said of its data.
+        Err(error) if savepoint.is_autocommit() => Err(StoreError::backend(RECORD, error)),
         Err(_) => {
             // The task answers its own error; its rows go (ROLLBACK TO),
             // the group's others stay, and the savepoint ends (RELEASE).
@@ -527,21 +534,27 @@ mod tests {
     }
 
     /// Runs each of `calls` as one group of the writer: the writer is held
-    /// at the gate with a group of its own until all of them wait in its
-    /// queue, in the order given.
+    /// inside a group of its own until all of them wait in its queue, in
+    /// the order given.
     async fn in_one_group(store: &SqliteStore, calls: Vec<Call>) -> Vec<Answer> {
-        let turn = store.write_turn().await;
-        let (hold, held) = Task::boxed(|_| Ok(()));
+        let (running, is_running) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (hold, held) = Task::boxed(move |_| {
+            running.send(()).expect("the test waits");
+            released.recv().expect("released");
+            Ok(())
+        });
         let queue = &store.events.queue;
         queue.send(Work::Write(hold), "hold").await.expect("queued");
-        // Taken by the thread, which now waits for the gate.
-        until(|| store.events.waiting() == 0).await;
+        // The thread runs the held group's task: whatever queues now waits
+        // for the next group.
+        tokio::task::block_in_place(|| is_running.recv()).expect("the hold runs");
         let mut handles: Vec<JoinHandle<Answer>> = Vec::new();
         for (queued, call) in calls.into_iter().enumerate() {
             handles.push(tokio::spawn(call));
             until(|| store.events.waiting() == queued + 1).await;
         }
-        drop(turn);
+        release.send(()).expect("the hold waits");
         held.await.expect("answered").expect("the held group");
         let mut answers = Vec::new();
         for handle in handles {
@@ -627,22 +640,29 @@ mod tests {
         let calls = vec![
             record_call(&store, 1),
             write_call(&store, |c| {
+                write_note(c, "written first")?;
+                Ok(0)
+            }),
+            write_call(&store, |c| {
                 write_note(c, "gone")?;
                 // As SQLite does on some I/O errors and a full disk: the
                 // whole transaction is gone, and what follows would commit
                 // alone.
                 c.execute_batch("ROLLBACK").map_err(failed)?;
-                Err(StoreError::backend("end", WriterClosed))
+                Err(StoreError::Duplicate { what: "note" })
             }),
         ];
         let answers = in_one_group(&store, calls).await;
-        // Each is answered with the error that ended the transaction.
+        // Each, the write that succeeded before it included, is answered a
+        // failure of the database that ended the transaction, not the
+        // task's own word on its data.
         for answer in &answers {
             assert!(
                 matches!(
                     answer,
-                    Answer::Event(Err(StoreError::Backend { action: "end", .. }))
-                        | Answer::Task(Err(StoreError::Backend { action: "end", .. }))
+                    Answer::Event(Err(StoreError::Backend { action: RECORD, source }))
+                        | Answer::Task(Err(StoreError::Backend { action: RECORD, source }))
+                        if source.to_string().contains("note")
                 ),
                 "{answers:?}"
             );
@@ -700,6 +720,39 @@ mod tests {
         assert!(seen[..first].iter().all(|&n| n == 0), "{seen:?}");
         let committed = i64::try_from(first).expect("small");
         assert!(seen[first..].iter().all(|&n| n == committed), "{seen:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_that_panics_fails_alone_and_the_writer_goes_on() {
+        let store = store_with_scratch().await;
+        let calls = vec![
+            record_call(&store, 1),
+            write_call(&store, |c| {
+                write_note(c, "rolled back")?;
+                panic!("a bug in a write");
+            }),
+            write_call(&store, |c| {
+                write_note(c, "kept")?;
+                Ok(0)
+            }),
+        ];
+        let answers = in_one_group(&store, calls).await;
+        assert!(
+            matches!(
+                answers.as_slice(),
+                [
+                    Answer::Event(Ok(RecordOutcome::Recorded)),
+                    Answer::Task(Err(StoreError::Backend { source, .. })),
+                    Answer::Task(Ok(0)),
+                ] if source.to_string().contains("panicked")
+            ),
+            "{answers:?}"
+        );
+        assert_eq!(notes(&store).await, ["kept"]);
+        assert_eq!(
+            store.record(&submission(2)).await.expect("recorded"),
+            RecordOutcome::Recorded
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,16 +18,25 @@ use time::OffsetDateTime;
 use crate::records::webhook::{AttemptRecord, Delivery, LeasedDelivery, WebhookChange, WebhookId};
 use crate::store::error::StoreError;
 use crate::store::feed::FeedCursor;
-use crate::store::sql::malformed;
 use crate::store::sql::webhook_records::{
     ChangeColumns, KEPT_ATTEMPTS, NextColumns, count, duration_column, leased_from,
 };
+use crate::store::sql::{malformed, sqlite_refuses_data};
 
 use super::columns::{RowColumns, from_micros, json_text, micros, opt_micros, uuid_text};
 
-/// A failed statement, named by `action`.
+/// A failed statement, named by `action`: data SQLite refused (a check, a
+/// trigger's `RAISE`, a value too large) is [`StoreError::Rejected`], as
+/// the sqlx statements map it; anything else [`StoreError::Backend`].
 fn backend(action: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
-    move |error| StoreError::backend(action, error)
+    move |error| match &error {
+        rusqlite::Error::SqliteFailure(failure, _)
+            if sqlite_refuses_data(failure.extended_code) =>
+        {
+            StoreError::rejected(action, error)
+        }
+        _ => StoreError::backend(action, error),
+    }
 }
 
 /// Moves the dispatcher's cursor from `from` to `to` and records

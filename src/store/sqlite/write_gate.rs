@@ -10,8 +10,9 @@
 //! events holds the lock most of the time, and a token refresh lost the race
 //! again and again (measured: refresh p99 of 107 to 332 ms). Here each
 //! writer takes a turn at a fair lock before it takes SQLite's, so a token
-//! write waits at most for the group of events being written. Other
-//! processes on the same file still meet SQLite's busy timeout.
+//! write waits at most for the group being written: its events, and the
+//! webhook outbox's writes that ride in it (a dispatched page among them).
+//! Other processes on the same file still meet SQLite's busy timeout.
 
 use std::sync::Arc;
 

@@ -78,7 +78,11 @@ where
             // panicking on its thread.
             return Err(StoreError::backend("run a write", RunTwice));
         };
-        match write(connection) {
+        // A write that panics fails alone, as one that returns an error:
+        // the writer's thread, and with it every `record` call, goes on.
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write(connection)))
+            .unwrap_or_else(|_| Err(StoreError::backend("run a write", Panicked)));
+        match written {
             Ok(value) => {
                 self.produced = Some(Ok(value));
                 Ok(())
@@ -101,6 +105,11 @@ where
         let _ = self.reply.send(answer);
     }
 }
+
+/// A task's write panicked; the writer rolled back what it wrote.
+#[derive(Debug, thiserror::Error)]
+#[error("a write task panicked")]
+struct Panicked;
 
 /// A task's write was asked to run a second time.
 #[derive(Debug, thiserror::Error)]
