@@ -627,6 +627,69 @@ mod sqlite {
         let (first, second) = (file_store(&dir).await, file_store(&dir).await);
         race_two_instances([first, second]).await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn dispatches_racing_deletes_leave_no_delivery_behind_its_webhook() {
+        // A dispatch runs on the writer of events' connection, a delete on
+        // sqlx's: within a store the write gate orders them, between two
+        // stores on one file (two processes) only SQLite's write lock does.
+        // Whichever comes first, no delivery may outlive its webhook: one
+        // recorded after the delete would wait for ever, never leased nor
+        // purged.
+        let dir = TempDir::new();
+        let (first, second) = (file_store(&dir).await, file_store(&dir).await);
+        let stores: [Arc<dyn WebhookStore>; 2] = [first, second];
+        for round in 0..40 {
+            let (dispatcher, deleter) = (&stores[round % 2], &stores[(round / 2) % 2]);
+            let hook = registered(&**deleter).await;
+            let page: Vec<Delivery> = (0..20)
+                .map(|n| delivery(&hook, &format!("lead{n}@example.com")))
+                .collect();
+            let from = dispatcher.dispatch_cursor().await.expect("cursor");
+            let to = FeedCursor::new(format!("round-{round}"));
+            let (dispatched, deleted) = tokio::join!(
+                tokio::spawn({
+                    let dispatcher = Arc::clone(dispatcher);
+                    async move { dispatcher.dispatch(&from, &to, &page).await }
+                }),
+                tokio::spawn({
+                    let deleter = Arc::clone(deleter);
+                    async move { deleter.delete_webhook(hook.id).await }
+                }),
+            );
+            assert!(
+                dispatched.expect("task").expect("dispatch"),
+                "round {round}"
+            );
+            assert!(deleted.expect("task").expect("delete"), "round {round}");
+            for store in &stores {
+                assert_eq!(
+                    store.pending_deliveries().await.expect("pending"),
+                    0,
+                    "round {round}: a delivery outlived its webhook"
+                );
+            }
+            assert_eq!(
+                deliveries_stored(&dir).await,
+                0,
+                "round {round}: a delivery outlived its webhook"
+            );
+        }
+    }
+
+    /// How many deliveries the file holds, in any state.
+    async fn deliveries_stored(dir: &TempDir) -> i64 {
+        use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+        let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(dir.file()))
+            .await
+            .expect("open the file");
+        let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries")
+            .fetch_one(&pool)
+            .await
+            .expect("count the deliveries");
+        pool.close().await;
+        stored
+    }
 }
 
 #[cfg(all(feature = "postgres", feature = "external-tests"))]

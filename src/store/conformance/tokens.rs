@@ -9,7 +9,7 @@ use crate::random::{OsRandom, random_uuid};
 use crate::records::grant::{Grant, GrantId};
 use crate::records::tokens::{RefreshState, RefreshTokenRecord};
 use crate::secret::{AccessToken, AuthorizationCode, RefreshToken};
-use crate::store::{CodeLookup, CodeTake, Rotation};
+use crate::store::{CodeLookup, CodeTake, Rotation, StoreError};
 
 use super::fixtures::{base_time, hasher, new_access, new_code, new_grant, new_refresh};
 
@@ -521,12 +521,21 @@ pub(super) async fn check_rotation_fails_whole(store: &dyn crate::store::TokenSt
         ("storing the successor", &existing_refresh, &access),
         ("storing the access token", &successor, &existing_access),
     ] {
+        let failed = store
+            .rotate_refresh_token(&token.hash, successor, access, base_time())
+            .await;
         assert!(
+            matches!(failed, Err(StoreError::Duplicate { .. })),
+            "a rotation failing at {step} must be a duplicate: {failed:?}"
+        );
+        assert_eq!(
             store
-                .rotate_refresh_token(&token.hash, successor, access, base_time())
+                .find_grant(grant.id)
                 .await
-                .is_err(),
-            "a rotation failing at {step} must be an error"
+                .expect("find_grant")
+                .and_then(|g| g.last_refreshed_at),
+            grant.last_refreshed_at,
+            "a rotation failing at {step} must not note the refresh on the grant"
         );
         assert_eq!(
             store

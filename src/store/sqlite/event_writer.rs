@@ -37,11 +37,12 @@ use crate::records::event::{EventSubmission, IdempotencyClaim, RecordOutcome, Re
 use crate::store::error::StoreError;
 use crate::store::sql::group_commit::{Answerer, GroupQueue, GroupWriterGone, Job, RECORD};
 use crate::store::sql::records::{StoredClaim, channel_to_text};
-use crate::store::sql::{fails_on_data, malformed, sqlite_refuses_data};
+use crate::store::sql::{fails_on_data, malformed};
 
 use super::checkpointer::Checkpointer;
 use super::columns::{from_micros, json_text, micros, uuid_text};
 use super::connection::{Sync, open_connection};
+use super::statement_errors::{failed, insert_failed};
 use super::write_gate::WriteGate;
 use super::write_task::{Task, WriteTask};
 
@@ -128,12 +129,17 @@ impl EventWriter {
     /// # Errors
     /// What `write` failed with (its writes rolled back, the group's
     /// others committed); the group's error if the group failed;
-    /// [`StoreError::Backend`] if the store is closed.
+    /// [`StoreError::Backend`] if the store is closed (named by `action`
+    /// if it was closed before this call; by the group's, "record events",
+    /// if it was closed while the write waited in the queue).
     pub(super) async fn write<T, F>(&self, action: &'static str, write: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::backend(action, WriterClosed));
+        }
         let (task, answer) = Task::boxed(write);
         self.queue.send(Work::Write(task), action).await?;
         answer
@@ -227,7 +233,7 @@ impl Writer {
         // below cannot change before they are written.
         let mut tx = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(failed)?;
+            .map_err(failed(RECORD))?;
         let mut outcomes = Vec::with_capacity(jobs.len());
         for job in jobs {
             let outcome = record_submission(&mut tx, &job.submission);
@@ -242,7 +248,7 @@ impl Writer {
             run_task(&mut tx, task.as_mut())?;
         }
         // Only a committed submission is acknowledged.
-        tx.commit().map_err(failed)?;
+        tx.commit().map_err(failed(RECORD))?;
         if let Some(checkpointer) = &mut self.checkpointer {
             // Events only: the outbox's rows (a delivery an event for each
             // webhook that wants it, and the leases and attempts) grow the
@@ -260,17 +266,17 @@ impl Writer {
 /// disk, and later statements would each commit alone) or a savepoint
 /// cannot be taken or ended: the group fails.
 fn run_task(tx: &mut Transaction<'_>, task: &mut dyn WriteTask) -> Result<(), StoreError> {
-    let mut savepoint = tx.savepoint().map_err(failed)?;
+    let mut savepoint = tx.savepoint().map_err(failed(RECORD))?;
     match task.run(&savepoint) {
-        Ok(()) => savepoint.commit().map_err(failed),
+        Ok(()) => savepoint.commit().map_err(failed(RECORD)),
         // The group's events are answered a failure of the database, whatever
         // the task's own error said of its data.
         Err(error) if savepoint.is_autocommit() => Err(StoreError::backend(RECORD, error)),
         Err(_) => {
             // The task answers its own error; its rows go (ROLLBACK TO),
             // the group's others stay, and the savepoint ends (RELEASE).
-            savepoint.rollback().map_err(failed)?;
-            savepoint.commit().map_err(failed)
+            savepoint.rollback().map_err(failed(RECORD))?;
+            savepoint.commit().map_err(failed(RECORD))
         }
     }
 }
@@ -286,11 +292,11 @@ fn record_submission(
         insert_event(tx, event, submission.batch_uuid)?;
         return Ok(RecordOutcome::Recorded);
     }
-    let savepoint = tx.savepoint().map_err(failed)?;
+    let savepoint = tx.savepoint().map_err(failed(RECORD))?;
     // On `Err`, dropping the savepoint rolls back to it: this
     // submission's rows go, its neighbours' stay.
     let outcome = record_in(&savepoint, submission)?;
-    savepoint.commit().map_err(failed)?;
+    savepoint.commit().map_err(failed(RECORD))?;
     Ok(outcome)
 }
 
@@ -330,7 +336,7 @@ fn insert_event(
                   conversion_identifier, email, payload, channel, batch_uuid)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )
-        .map_err(failed)?;
+        .map_err(failed(RECORD))?;
     statement
         .execute(params![
             uuid_text(event.event_uuid),
@@ -344,7 +350,7 @@ fn insert_event(
             channel_to_text(&event.channel)?,
             batch_uuid.map(uuid_text),
         ])
-        .map_err(insert_failed)?;
+        .map_err(insert_failed("event", RECORD))?;
     Ok(())
 }
 
@@ -359,7 +365,7 @@ fn live_claim(
             "SELECT fingerprint, expires_at, event_uuids, batch_uuid
              FROM idempotency_claims WHERE account_id = ?1 AND scope = ?2 AND key = ?3",
         )
-        .map_err(failed)?;
+        .map_err(failed(RECORD))?;
     let row = statement
         .query_row(
             params![
@@ -377,7 +383,7 @@ fn live_claim(
             },
         )
         .optional()
-        .map_err(failed)?;
+        .map_err(failed(RECORD))?;
     let Some((fingerprint, expires_at, event_uuids, batch_uuid)) = row else {
         return Ok(None);
     };
@@ -413,7 +419,7 @@ fn write_claim(
                  event_uuids = excluded.event_uuids,
                  batch_uuid = excluded.batch_uuid",
         )
-        .map_err(failed)?;
+        .map_err(failed(RECORD))?;
     statement
         .execute(params![
             uuid_text(claim.account_id.0),
@@ -425,36 +431,8 @@ fn write_claim(
             json_text(&event_uuids)?,
             submission.batch_uuid.map(uuid_text),
         ])
-        .map_err(failed)?;
+        .map_err(failed(RECORD))?;
     Ok(())
-}
-
-/// A failed statement: data SQLite refused is [`StoreError::Rejected`],
-/// anything else [`StoreError::Backend`].
-fn failed(error: rusqlite::Error) -> StoreError {
-    match sqlite_code(&error) {
-        Some(code) if sqlite_refuses_data(code) => StoreError::rejected(RECORD, error),
-        _ => StoreError::backend(RECORD, error),
-    }
-}
-
-/// A failed insert of an event: a uuid already stored is
-/// [`StoreError::Duplicate`]; otherwise as [`failed`].
-fn insert_failed(error: rusqlite::Error) -> StoreError {
-    // SQLITE_CONSTRAINT_PRIMARYKEY and SQLITE_CONSTRAINT_UNIQUE.
-    const UNIQUE: [i32; 2] = [1555, 2067];
-    match sqlite_code(&error) {
-        Some(code) if UNIQUE.contains(&code) => StoreError::Duplicate { what: "event" },
-        _ => failed(error),
-    }
-}
-
-/// SQLite's extended result code of a failed statement.
-fn sqlite_code(error: &rusqlite::Error) -> Option<i32> {
-    match error {
-        rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
-        _ => None,
-    }
 }
 
 /// The store was closed.
@@ -504,7 +482,7 @@ mod tests {
                 [uuid_text(Uuid::from_u128(n))],
                 |row| row.get(0),
             )
-            .map_err(failed)
+            .map_err(failed(RECORD))
     }
 
     /// A store with a table `scratch (note)` for the tasks to write.
@@ -529,7 +507,7 @@ mod tests {
     fn write_note(connection: &Connection, note: &str) -> Result<(), StoreError> {
         connection
             .execute("INSERT INTO scratch (note) VALUES (?1)", [note])
-            .map_err(failed)?;
+            .map_err(failed(RECORD))?;
         Ok(())
     }
 
@@ -648,7 +626,7 @@ mod tests {
                 // As SQLite does on some I/O errors and a full disk: the
                 // whole transaction is gone, and what follows would commit
                 // alone.
-                c.execute_batch("ROLLBACK").map_err(failed)?;
+                c.execute_batch("ROLLBACK").map_err(failed(RECORD))?;
                 Err(StoreError::Duplicate { what: "note" })
             }),
         ];
@@ -693,7 +671,7 @@ mod tests {
                 .query_row("SELECT COUNT(*) FROM scratch", [], |row| {
                     row.get::<_, i64>(0)
                 })
-                .map_err(failed)
+                .map_err(failed(RECORD))
         };
         let mut calls = vec![record_call(&store, 1)];
         for _ in 0..MAX_GROUP + 40 {
@@ -760,9 +738,10 @@ mod tests {
         let store = store_with_scratch().await;
         store.close().await;
         let written = store.events.write("note", |c| write_note(c, "late"));
+        // Named by the write's own action: the store was closed before it.
         assert!(matches!(
             written.await,
-            Err(StoreError::Backend { action: RECORD, .. })
+            Err(StoreError::Backend { action: "note", .. })
         ));
     }
 }

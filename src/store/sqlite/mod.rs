@@ -18,21 +18,25 @@
 //! submission with an idempotency key in a savepoint of its own, so one
 //! failing submission does not fail its neighbours) and answers each after
 //! the COMMIT. Many writers then share one disk flush instead of waiting
-//! for one each. The webhook outbox's frequent writes ride in the same
-//! groups ([`write_task`], [`outbox_writes`]). That thread and the sqlx
+//! for one each. The webhook outbox's frequent writes and refresh tokens'
+//! rotations ride in the same groups ([`write_task`], [`outbox_writes`],
+//! [`token_writes`]). That thread and the sqlx
 //! connection that writes everything else take turns at SQLite's write
 //! lock through a fair [`write_gate`].
 //!
 //! Layout: this file opens the database (options, pools, migrations);
 //! [`columns`] says how values are stored in SQLite's few column types;
 //! one file per group of traits implements them: [`tokens`]
-//! ([`TokenStore`]: grants, codes, access and refresh tokens, their purge),
+//! ([`TokenStore`]: grants, codes, access and refresh tokens, their purge;
+//! a rotation's SQL on the writer's connection in [`token_writes`]),
 //! [`clients_accounts_keys`] ([`ClientRegistry`], [`AccountStore`],
 //! [`ApiKeyStore`]), [`webhooks`] ([`WebhookStore`]: webhooks, the outbox
 //! of deliveries, their attempts; the outbox's SQL on the writer's
 //! connection in [`outbox_writes`]) and [`events`] ([`EventSink`]), whose
 //! writer is [`event_writer`], and whose write-ahead log is copied back
-//! into the database file by the [`checkpointer`]'s thread. What SQLite shares with
+//! into the database file by the [`checkpointer`]'s thread; what a failed
+//! statement on those threads' connections is, in [`statement_errors`].
+//! What SQLite shares with
 //! PostgreSQL (error mapping, records from rows, the group-commit queue,
 //! the purge loop) is in [`crate::store::sql`].
 //!
@@ -50,7 +54,9 @@ mod connection;
 mod event_writer;
 mod events;
 mod outbox_writes;
+mod statement_errors;
 mod temporary;
+mod token_writes;
 mod tokens;
 mod webhooks;
 mod write_gate;

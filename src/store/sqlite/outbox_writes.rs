@@ -18,26 +18,13 @@ use time::OffsetDateTime;
 use crate::records::webhook::{AttemptRecord, Delivery, LeasedDelivery, WebhookChange, WebhookId};
 use crate::store::error::StoreError;
 use crate::store::feed::FeedCursor;
+use crate::store::sql::malformed;
 use crate::store::sql::webhook_records::{
     ChangeColumns, KEPT_ATTEMPTS, NextColumns, count, duration_column, leased_from,
 };
-use crate::store::sql::{malformed, sqlite_refuses_data};
 
 use super::columns::{RowColumns, from_micros, json_text, micros, opt_micros, uuid_text};
-
-/// A failed statement, named by `action`: data SQLite refused (a check, a
-/// trigger's `RAISE`, a value too large) is [`StoreError::Rejected`], as
-/// the sqlx statements map it; anything else [`StoreError::Backend`].
-fn backend(action: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
-    move |error| match &error {
-        rusqlite::Error::SqliteFailure(failure, _)
-            if sqlite_refuses_data(failure.extended_code) =>
-        {
-            StoreError::rejected(action, error)
-        }
-        _ => StoreError::backend(action, error),
-    }
-}
+use super::statement_errors::failed;
 
 /// Moves the dispatcher's cursor from `from` to `to` and records
 /// `deliveries` (numbered in the order given, each only while its webhook
@@ -55,7 +42,7 @@ pub(super) fn dispatch(
             "UPDATE webhook_dispatch SET feed_cursor = ?1 WHERE id = 1 AND feed_cursor = ?2",
         )
         .and_then(|mut statement| statement.execute(params![to.as_str(), from.as_str()]))
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     if moved == 0 {
         // Another dispatcher passed this page first.
         return Ok(false);
@@ -64,7 +51,7 @@ pub(super) fn dispatch(
     let numbered_before: i64 = connection
         .prepare_cached("SELECT COALESCE(MAX(number), 0) FROM webhook_deliveries")
         .and_then(|mut statement| statement.query_row([], |row| row.get(0)))
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     // A delivery goes in only while its webhook exists (a delete takes its
     // turn at the write gate, so it is wholly before or after this), and
     // only if its id is not recorded yet (`WebhookStore::dispatch` says
@@ -79,7 +66,7 @@ pub(super) fn dispatch(
              WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = ?2)
              ON CONFLICT (id) DO NOTHING",
         )
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     for delivery in deliveries {
         insert
             .execute(params![
@@ -90,7 +77,7 @@ pub(super) fn dispatch(
                 delivery.body.as_str(),
                 micros(delivery.created_at)?,
             ])
-            .map_err(backend(ACTION))?;
+            .map_err(failed(ACTION))?;
     }
     // The page's heads: each delivery with no earlier one of its contact to
     // its webhook pending, in this page or before it (the migration 0009
@@ -106,7 +93,7 @@ pub(super) fn dispatch(
                      AND e.state = 'pending' AND e.number < d.number)",
         )
         .and_then(|mut statement| statement.execute([numbered_before]))
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     Ok(true)
 }
 
@@ -133,24 +120,24 @@ pub(super) fn lease(
              ORDER BY d.next_attempt_at, d.number
              LIMIT ?3",
         )
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     let mut rows = select
         .query(params![micros(now)?, json_text(&skip)?, count(limit)])
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     let mut leased = Vec::new();
     let mut numbers = Vec::new();
-    while let Some(row) = rows.next().map_err(backend(ACTION))? {
+    while let Some(row) = rows.next().map_err(failed(ACTION))? {
         let columns = RowColumns::new(row, ACTION);
         numbers.push(columns.get::<i64>("number")?);
         leased.push(leased_from(&columns, lease_until)?);
     }
     let mut mark = connection
         .prepare_cached("UPDATE webhook_deliveries SET leased_until = ?1 WHERE number = ?2")
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     let until = micros(lease_until)?;
     for number in &numbers {
         mark.execute(params![until, number])
-            .map_err(backend(ACTION))?;
+            .map_err(failed(ACTION))?;
     }
     Ok(leased)
 }
@@ -191,7 +178,7 @@ pub(super) fn finish_attempt(
                 lease,
             ])
         })
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     if updated == 0 {
         // Deleted with its webhook while the attempt ran, or leased by
         // another sender once this one's lease ran out (and perhaps ended
@@ -211,14 +198,14 @@ pub(super) fn finish_attempt(
                  ORDER BY e.number LIMIT 1)",
         )
         .and_then(|mut statement| statement.execute([&delivery]))
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     let webhook = uuid_text(attempt.webhook_id.0);
     // Read under the write lock the group holds: the change is made against
     // what the attempts before this one left.
     let failing_since: Option<i64> = connection
         .prepare_cached("SELECT failing_since FROM webhooks WHERE id = ?1")
         .and_then(|mut statement| statement.query_row([&webhook], |row| row.get(0)).optional())
-        .map_err(backend(ACTION))?
+        .map_err(failed(ACTION))?
         .flatten();
     let failing_since = failing_since
         .map(|micros| from_micros(micros).ok_or_else(|| malformed(ACTION, "failing_since")))
@@ -246,7 +233,7 @@ pub(super) fn finish_attempt(
                 .and_then(|mut statement| statement.execute(params![at, webhook]))
         }
     };
-    changed.map_err(backend(ACTION))?;
+    changed.map_err(failed(ACTION))?;
     connection
         .prepare_cached(
             "INSERT INTO webhook_attempts
@@ -263,7 +250,7 @@ pub(super) fn finish_attempt(
                 duration_column(attempt),
             ])
         })
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     // Everything up to the first attempt past the kept ones goes.
     connection
         .prepare_cached(
@@ -272,6 +259,6 @@ pub(super) fn finish_attempt(
                  ORDER BY id DESC LIMIT 1 OFFSET ?2)",
         )
         .and_then(|mut statement| statement.execute(params![webhook, count(KEPT_ATTEMPTS)]))
-        .map_err(backend(ACTION))?;
+        .map_err(failed(ACTION))?;
     Ok(applied)
 }

@@ -2,8 +2,11 @@
 //! refresh tokens, and their purge.
 //!
 //! A code is taken by one conditional `UPDATE ... WHERE taken = 0
-//! RETURNING ...`; a redemption and a rotation read, then write, inside a
-//! `BEGIN IMMEDIATE` transaction that holds the write lock throughout.
+//! RETURNING ...`; a redemption reads, then writes, inside a `BEGIN
+//! IMMEDIATE` transaction that holds the write lock throughout. A rotation,
+//! which clients ask for all day and the intake's floods must not hold up,
+//! runs on the writer of events' thread inside one of its groups
+//! ([`token_writes`](super::token_writes)).
 
 use async_trait::async_trait;
 use sqlx::Sqlite;
@@ -15,13 +18,14 @@ use crate::records::tokens::{AccessTokenRecord, CodeRecord, RefreshTokenRecord};
 use crate::secret::SecretHash;
 use crate::store::error::StoreError;
 use crate::store::sql::records::{
-    access_from, code_from, code_lookup, code_tombstone, grant_from, refresh_from, rotation_refused,
+    access_from, code_from, code_lookup, code_tombstone, grant_from, refresh_from,
 };
 use crate::store::sql::{self, backend, find_row, insert_row};
 use crate::store::{CodeLookup, CodeTake, Rotation, TokenStore};
 
 use super::SqliteStore;
 use super::columns::{Columns, micros, opt_micros, uuid_text};
+use super::token_writes;
 
 #[async_trait]
 impl TokenStore for SqliteStore {
@@ -228,48 +232,17 @@ impl TokenStore for SqliteStore {
         access: &AccessTokenRecord,
         at: OffsetDateTime,
     ) -> Result<Rotation, StoreError> {
-        const ACTION: &str = "rotate a refresh token";
-        // The write lock is held from the read below to the commit, so of
-        // any number of callers only one can see the token active.
-        let (_turn, mut tx) = self.write_transaction(ACTION).await?;
-        let current = sqlx::query(
-            "SELECT r.rotated_at, r.successor,
-                    (g.id IS NULL OR g.revoked_at IS NOT NULL) AS revoked
-             FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id
-             WHERE r.hash = ?",
-        )
-        .bind(old.as_bytes().as_slice())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend(ACTION))?;
-        let Some(row) = current else {
-            return Ok(Rotation::NotFound);
-        };
-        if let Some(refused) = rotation_refused(&Columns::new(row, ACTION))? {
-            return Ok(refused);
-        }
-        sqlx::query("UPDATE refresh_tokens SET rotated_at = ?, successor = ? WHERE hash = ?")
-            .bind(micros(at)?)
-            .bind(successor.hash.as_bytes().as_slice())
-            .bind(old.as_bytes().as_slice())
-            .execute(&mut *tx)
+        // On the writer of events' thread, in its next group's transaction
+        // (`token_writes` says why): the group began `IMMEDIATE`, so of any
+        // number of callers only one finds the token active; on failure the
+        // task's savepoint is rolled back, the old token stays active and
+        // neither new token is stored.
+        let (old, successor, access) = (*old, successor.clone(), access.clone());
+        self.events
+            .write("rotate a refresh token", move |connection| {
+                token_writes::rotate(connection, &old, &successor, &access, at)
+            })
             .await
-            .map_err(backend(ACTION))?;
-        sqlx::query(
-            "UPDATE grants SET last_refreshed_at = ?
-             WHERE id = (SELECT grant_id FROM refresh_tokens WHERE hash = ?)",
-        )
-        .bind(micros(at)?)
-        .bind(old.as_bytes().as_slice())
-        .execute(&mut *tx)
-        .await
-        .map_err(backend(ACTION))?;
-        // On failure the transaction is dropped and rolled back: the old
-        // token stays active and neither new token is stored.
-        insert_refresh(&mut *tx, successor, ACTION).await?;
-        insert_access(&mut *tx, access, ACTION).await?;
-        tx.commit().await.map_err(backend(ACTION))?;
-        Ok(Rotation::Rotated)
     }
 
     async fn purge_expired(
