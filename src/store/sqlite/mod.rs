@@ -18,8 +18,8 @@
 //! submission with an idempotency key in a savepoint of its own, so one
 //! failing submission does not fail its neighbours) and answers each after
 //! the COMMIT. Many writers then share one disk flush instead of waiting
-//! for one each. The webhook outbox's frequent writes and refresh tokens'
-//! rotations ride in the same groups ([`write_task`], [`outbox_writes`],
+//! for one each. The webhook outbox's frequent writes and the tokens'
+//! writes ride in the same groups ([`write_task`], [`outbox_writes`],
 //! [`token_writes`]). That thread and the sqlx
 //! connection that writes everything else take turns at SQLite's write
 //! lock through a fair [`write_gate`].
@@ -28,7 +28,7 @@
 //! [`columns`] says how values are stored in SQLite's few column types;
 //! one file per group of traits implements them: [`tokens`]
 //! ([`TokenStore`]: grants, codes, access and refresh tokens, their purge;
-//! a rotation's SQL on the writer's connection in [`token_writes`]),
+//! the tokens' writes on the writer's connection in [`token_writes`]),
 //! [`clients_accounts_keys`] ([`ClientRegistry`], [`AccountStore`],
 //! [`ApiKeyStore`]), [`webhooks`] ([`WebhookStore`]: webhooks, the outbox
 //! of deliveries, their attempts; the outbox's SQL on the writer's

@@ -1,37 +1,45 @@
-//! A refresh token's rotation on the writer of events' connection
-//! (rusqlite), run as a [`write_task`](super::write_task) inside a group's
-//! transaction. [`super::tokens`] queues it and says what it promises; this
-//! file is its SQL.
+//! The tokens' writes on the writer of events' connection (rusqlite): a
+//! refresh token's rotation, an authorization code's redemption, and the
+//! inserts of an access or a refresh token they also use, each run as a
+//! [`write_task`](super::write_task) inside a group's transaction.
+//! [`super::tokens`] queues them and says what they promise; this file is
+//! their SQL.
 //!
-//! Why there: a rotation is a read and four writes under the write lock.
-//! Through sqlx each statement was a trip to sqlx's thread for the
-//! connection and back to a task queued behind the intake's requests on a
-//! busy runtime, seven trips with `BEGIN` and `COMMIT`, all of them holding
-//! the write gate, then a sync of the log of its own: under an intake flood
-//! every token refresh held up the events' groups for that long. On the
-//! writer's thread the statements cost no trip, and the rotation shares the
-//! group's one sync.
+//! Why there: a rotation is a read and four writes under the write lock,
+//! a redemption a conditional update (and a read when it finds the code
+//! taken) and two inserts. Through sqlx each statement was a trip to sqlx's
+//! thread for the connection and back to a task queued behind the intake's
+//! requests on a busy runtime (seven trips for a rotation, with `BEGIN` and
+//! `COMMIT`), all of them holding the write gate, then a sync of the log of
+//! its own: under an intake flood every token refresh held up the events'
+//! groups for that long. On the writer's thread the statements cost no
+//! trip, and each write shares the group's one sync.
 //!
 //! The group's transaction began `IMMEDIATE` and the writer holds its turn
-//! at the write gate, so what the rotation reads cannot change before it
+//! at the write gate, so what a rotation or a redemption reads cannot change before it
 //! writes, whichever connection or process tries: of any number of callers
-//! only one finds the token active. The savepoint the writer runs the task
-//! in makes it all or nothing: a failed insert rolls the marks back.
+//! only one finds the token active, or the code untaken. The savepoint the
+//! writer runs the task in makes each all or nothing: a failed insert rolls
+//! the marks back.
 
 use rusqlite::{Connection, OptionalExtension as _, params};
 use time::OffsetDateTime;
 
 use crate::records::tokens::{AccessTokenRecord, RefreshTokenRecord};
 use crate::secret::SecretHash;
-use crate::store::Rotation;
 use crate::store::error::StoreError;
 use crate::store::sql::records::rotation_refused;
+use crate::store::sql::records::{code_from, code_tombstone};
+use crate::store::{CodeTake, Rotation};
 
 use super::columns::{RowColumns, micros, opt_micros, uuid_text};
 use super::statement_errors::{failed, insert_failed};
 
 /// What [`rotate`] is doing, for its errors.
-const ACTION: &str = "rotate a refresh token";
+const ROTATE: &str = "rotate a refresh token";
+
+/// What [`redeem`] is doing, for its errors.
+const REDEEM: &str = "redeem an authorization code";
 
 /// Marks the refresh token `old` rotated at `at` by `successor`, stores
 /// `successor` (active) and `access`, and notes the refresh on the grant,
@@ -62,11 +70,11 @@ pub(super) fn rotate(
         .and_then(|mut statement| {
             statement
                 .query_row([old], |row| {
-                    Ok(rotation_refused(&RowColumns::new(row, ACTION)))
+                    Ok(rotation_refused(&RowColumns::new(row, ROTATE)))
                 })
                 .optional()
         })
-        .map_err(failed(ACTION))?;
+        .map_err(failed(ROTATE))?;
     let Some(refused) = found else {
         return Ok(Rotation::NotFound);
     };
@@ -78,18 +86,77 @@ pub(super) fn rotate(
     connection
         .prepare_cached("UPDATE refresh_tokens SET rotated_at = ?1, successor = ?2 WHERE hash = ?3")
         .and_then(|mut statement| statement.execute(params![at, successor_hash, old]))
-        .map_err(failed(ACTION))?;
+        .map_err(failed(ROTATE))?;
     connection
         .prepare_cached(
             "UPDATE grants SET last_refreshed_at = ?1
              WHERE id = (SELECT grant_id FROM refresh_tokens WHERE hash = ?2)",
         )
         .and_then(|mut statement| statement.execute(params![at, old]))
-        .map_err(failed(ACTION))?;
-    let (issued, expires) = (
-        micros(successor.issued_at)?,
-        opt_micros(successor.expires_at)?,
-    );
+        .map_err(failed(ROTATE))?;
+    insert_refresh(connection, successor, ROTATE)?;
+    insert_access(connection, access, ROTATE)?;
+    Ok(Rotation::Rotated)
+}
+
+/// Marks the authorization code hashed to `hash` taken and stores `refresh`
+/// (active) and `access`, if the code is stored and not taken yet: then
+/// [`CodeTake::Taken`] with the code. Otherwise changes nothing and says
+/// why, as [`crate::TokenStore::redeem_code`] promises.
+///
+/// # Errors
+/// [`StoreError::Duplicate`] if either token's hash is stored already,
+/// [`StoreError::Backend`] (or `Rejected`) if a statement fails; the writer
+/// then rolls the task's savepoint back, the code's mark included.
+pub(super) fn redeem(
+    connection: &Connection,
+    hash: &SecretHash,
+    refresh: &RefreshTokenRecord,
+    access: &AccessTokenRecord,
+) -> Result<CodeTake, StoreError> {
+    let key = hash.as_bytes().as_slice();
+    let taken = connection
+        .prepare_cached(
+            "UPDATE authorization_codes SET taken = 1
+             WHERE hash = ?1 AND taken = 0
+             RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                       issued_at, expires_at",
+        )
+        .and_then(|mut statement| {
+            statement
+                .query_row([key], |row| {
+                    Ok(code_from(&RowColumns::new(row, REDEEM), *hash))
+                })
+                .optional()
+        })
+        .map_err(failed(REDEEM))?;
+    let Some(code) = taken else {
+        // Codes are never untaken, so a row found now is a tombstone.
+        let tombstone = connection
+            .prepare_cached("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?1")
+            .and_then(|mut statement| {
+                statement
+                    .query_row([key], |row| {
+                        Ok(code_tombstone(&RowColumns::new(row, REDEEM)))
+                    })
+                    .optional()
+            })
+            .map_err(failed(REDEEM))?;
+        return tombstone.unwrap_or(Ok(CodeTake::NotFound));
+    };
+    let code = code?;
+    insert_refresh(connection, refresh, REDEEM)?;
+    insert_access(connection, access, REDEEM)?;
+    Ok(CodeTake::Taken(code))
+}
+
+/// Inserts `token` as an active refresh token, whatever its `state` says.
+pub(super) fn insert_refresh(
+    connection: &Connection,
+    token: &RefreshTokenRecord,
+    action: &'static str,
+) -> Result<(), StoreError> {
+    let (issued, expires) = (micros(token.issued_at)?, opt_micros(token.expires_at)?);
     connection
         .prepare_cached(
             "INSERT INTO refresh_tokens
@@ -98,20 +165,29 @@ pub(super) fn rotate(
         )
         .and_then(|mut statement| {
             statement.execute(params![
-                successor_hash,
-                uuid_text(successor.grant_id.0),
-                successor.client_id.as_str(),
-                uuid_text(successor.account_id.0),
+                token.hash.as_bytes().as_slice(),
+                uuid_text(token.grant_id.0),
+                token.client_id.as_str(),
+                uuid_text(token.account_id.0),
                 issued,
                 expires,
-                successor
+                token
                     .predecessor
                     .as_ref()
                     .map(|hash| hash.as_bytes().as_slice()),
             ])
         })
-        .map_err(insert_failed("refresh token", ACTION))?;
-    let (issued, expires) = (micros(access.issued_at)?, micros(access.expires_at)?);
+        .map_err(insert_failed("refresh token", action))?;
+    Ok(())
+}
+
+/// Inserts `token` as an access token.
+pub(super) fn insert_access(
+    connection: &Connection,
+    token: &AccessTokenRecord,
+    action: &'static str,
+) -> Result<(), StoreError> {
+    let (issued, expires) = (micros(token.issued_at)?, micros(token.expires_at)?);
     connection
         .prepare_cached(
             "INSERT INTO access_tokens
@@ -120,14 +196,14 @@ pub(super) fn rotate(
         )
         .and_then(|mut statement| {
             statement.execute(params![
-                access.hash.as_bytes().as_slice(),
-                uuid_text(access.grant_id.0),
-                access.client_id.as_str(),
-                uuid_text(access.account_id.0),
+                token.hash.as_bytes().as_slice(),
+                uuid_text(token.grant_id.0),
+                token.client_id.as_str(),
+                uuid_text(token.account_id.0),
                 issued,
                 expires,
             ])
         })
-        .map_err(insert_failed("access token", ACTION))?;
-    Ok(Rotation::Rotated)
+        .map_err(insert_failed("access token", action))?;
+    Ok(())
 }

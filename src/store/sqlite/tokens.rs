@@ -2,14 +2,14 @@
 //! refresh tokens, and their purge.
 //!
 //! A code is taken by one conditional `UPDATE ... WHERE taken = 0
-//! RETURNING ...`; a redemption reads, then writes, inside a `BEGIN
-//! IMMEDIATE` transaction that holds the write lock throughout. A rotation,
+//! RETURNING ...`. Tokens are written on the writer of events' thread,
+//! inside one of its groups ([`token_writes`](super::token_writes)): a
+//! redemption and a rotation, each a read then writes under the write lock,
 //! which clients ask for all day and the intake's floods must not hold up,
-//! runs on the writer of events' thread inside one of its groups
-//! ([`token_writes`](super::token_writes)).
+//! and the plain inserts beside them, so that each statement is written
+//! once.
 
 use async_trait::async_trait;
-use sqlx::Sqlite;
 use time::OffsetDateTime;
 
 use crate::account::AccountId;
@@ -153,34 +153,25 @@ impl TokenStore for SqliteStore {
         refresh: &RefreshTokenRecord,
         access: &AccessTokenRecord,
     ) -> Result<CodeTake, StoreError> {
-        const ACTION: &str = "redeem an authorization code";
-        // One write transaction: the code is marked and both tokens stored,
-        // or (on any error, when `tx` is dropped unfinished) rolled back.
-        let (_turn, mut tx) = self.write_transaction(ACTION).await?;
-        let take = sqlx::query(
-            "UPDATE authorization_codes SET taken = 1
-             WHERE hash = ? AND taken = 0
-             RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
-                       issued_at, expires_at",
-        )
-        .bind(hash.as_bytes().as_slice());
-        let Some(code) = find_row(&mut *tx, take, ACTION, |c| code_from(c, *hash)).await? else {
-            let tombstone =
-                sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?")
-                    .bind(hash.as_bytes().as_slice());
-            return Ok(find_row(&mut *tx, tombstone, ACTION, code_tombstone)
-                .await?
-                .unwrap_or(CodeTake::NotFound));
-        };
-        insert_refresh(&mut *tx, refresh, ACTION).await?;
-        insert_access(&mut *tx, access, ACTION).await?;
-        tx.commit().await.map_err(backend(ACTION))?;
-        Ok(CodeTake::Taken(code))
+        // On the writer of events' thread, in its next group's transaction,
+        // as a rotation: of any number of callers only one finds the code
+        // untaken; on failure the task's savepoint is rolled back, the code
+        // stays untaken and neither token is stored.
+        let (hash, refresh, access) = (*hash, refresh.clone(), access.clone());
+        self.events
+            .write("redeem an authorization code", move |connection| {
+                token_writes::redeem(connection, &hash, &refresh, &access)
+            })
+            .await
     }
 
     async fn insert_access_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        insert_access(&self.writer, token, "insert an access token").await
+        let token = token.clone();
+        self.events
+            .write("insert an access token", move |connection| {
+                token_writes::insert_access(connection, &token, "insert an access token")
+            })
+            .await
     }
 
     async fn find_access_token(
@@ -202,8 +193,12 @@ impl TokenStore for SqliteStore {
     }
 
     async fn insert_refresh_token(&self, token: &RefreshTokenRecord) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        insert_refresh(&self.writer, token, "insert a refresh token").await
+        let token = token.clone();
+        self.events
+            .write("insert a refresh token", move |connection| {
+                token_writes::insert_refresh(connection, &token, "insert a refresh token")
+            })
+            .await
     }
 
     async fn find_refresh_token(
@@ -284,55 +279,4 @@ impl TokenStore for SqliteStore {
         )
         .await
     }
-}
-
-/// Inserts an access token.
-async fn insert_access<'e, E>(
-    executor: E,
-    token: &AccessTokenRecord,
-    action: &'static str,
-) -> Result<(), StoreError>
-where
-    E: sqlx::Executor<'e, Database = Sqlite>,
-{
-    let statement = sqlx::query(
-        "INSERT INTO access_tokens (hash, grant_id, client_id, account_id, issued_at, expires_at)
-         VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(token.hash.as_bytes().as_slice())
-    .bind(uuid_text(token.grant_id.0))
-    .bind(token.client_id.as_str())
-    .bind(uuid_text(token.account_id.0))
-    .bind(micros(token.issued_at)?)
-    .bind(micros(token.expires_at)?);
-    insert_row(executor, statement, "access token", action).await
-}
-
-/// Inserts a refresh token as active, whatever its `state` says.
-async fn insert_refresh<'e, E>(
-    executor: E,
-    token: &RefreshTokenRecord,
-    action: &'static str,
-) -> Result<(), StoreError>
-where
-    E: sqlx::Executor<'e, Database = Sqlite>,
-{
-    let statement = sqlx::query(
-        "INSERT INTO refresh_tokens
-             (hash, grant_id, client_id, account_id, issued_at, expires_at, predecessor)
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(token.hash.as_bytes().as_slice())
-    .bind(uuid_text(token.grant_id.0))
-    .bind(token.client_id.as_str())
-    .bind(uuid_text(token.account_id.0))
-    .bind(micros(token.issued_at)?)
-    .bind(opt_micros(token.expires_at)?)
-    .bind(
-        token
-            .predecessor
-            .as_ref()
-            .map(|hash| hash.as_bytes().as_slice()),
-    );
-    insert_row(executor, statement, "refresh token", action).await
 }

@@ -1,6 +1,7 @@
 //! Writes other than events that ride in the writer of events' groups: the
 //! webhook outbox's bookkeeping (a page dispatched, deliveries leased, an
-//! attempt finished) and a refresh token's rotation
+//! attempt finished) and the tokens' writes: an access or refresh token
+//! stored, a code redeemed, a refresh token rotated
 //! ([`token_writes`](super::token_writes)).
 //!
 //! Why there: each of those writes is a short read-then-write under the
