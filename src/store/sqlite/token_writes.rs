@@ -28,8 +28,7 @@ use time::OffsetDateTime;
 use crate::records::tokens::{AccessTokenRecord, RefreshTokenRecord};
 use crate::secret::SecretHash;
 use crate::store::error::StoreError;
-use crate::store::sql::records::rotation_refused;
-use crate::store::sql::records::{code_from, code_tombstone};
+use crate::store::sql::records::{code_from, code_tombstone, rotation_refused};
 use crate::store::{CodeTake, Rotation};
 
 use super::columns::{RowColumns, micros, opt_micros, uuid_text};
@@ -114,6 +113,24 @@ pub(super) fn redeem(
     refresh: &RefreshTokenRecord,
     access: &AccessTokenRecord,
 ) -> Result<CodeTake, StoreError> {
+    let code = match take(connection, hash, REDEEM)? {
+        CodeTake::Taken(code) => code,
+        refused => return Ok(refused),
+    };
+    insert_refresh(connection, refresh, REDEEM)?;
+    insert_access(connection, access, REDEEM)?;
+    Ok(CodeTake::Taken(code))
+}
+
+/// Marks the authorization code hashed to `hash` taken, if it is stored
+/// and not taken yet: then [`CodeTake::Taken`] with the code; otherwise
+/// [`CodeTake::AlreadyTaken`] with its tombstone's grant and client, or
+/// [`CodeTake::NotFound`]. `action` names a failure.
+pub(super) fn take(
+    connection: &Connection,
+    hash: &SecretHash,
+    action: &'static str,
+) -> Result<CodeTake, StoreError> {
     let key = hash.as_bytes().as_slice();
     let taken = connection
         .prepare_cached(
@@ -125,29 +142,27 @@ pub(super) fn redeem(
         .and_then(|mut statement| {
             statement
                 .query_row([key], |row| {
-                    Ok(code_from(&RowColumns::new(row, REDEEM), *hash))
+                    Ok(code_from(&RowColumns::new(row, action), *hash))
                 })
                 .optional()
         })
-        .map_err(failed(REDEEM))?;
-    let Some(code) = taken else {
-        // Codes are never untaken, so a row found now is a tombstone.
-        let tombstone = connection
-            .prepare_cached("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?1")
-            .and_then(|mut statement| {
-                statement
-                    .query_row([key], |row| {
-                        Ok(code_tombstone(&RowColumns::new(row, REDEEM)))
-                    })
-                    .optional()
-            })
-            .map_err(failed(REDEEM))?;
-        return tombstone.unwrap_or(Ok(CodeTake::NotFound));
-    };
-    let code = code?;
-    insert_refresh(connection, refresh, REDEEM)?;
-    insert_access(connection, access, REDEEM)?;
-    Ok(CodeTake::Taken(code))
+        .map_err(failed(action))?;
+    if let Some(code) = taken {
+        return code.map(CodeTake::Taken);
+    }
+    // Codes are never untaken, so a row found now is a tombstone (or, if
+    // the purge deleted it meanwhile, none is found).
+    let tombstone = connection
+        .prepare_cached("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?1")
+        .and_then(|mut statement| {
+            statement
+                .query_row([key], |row| {
+                    Ok(code_tombstone(&RowColumns::new(row, action)))
+                })
+                .optional()
+        })
+        .map_err(failed(action))?;
+    tombstone.unwrap_or(Ok(CodeTake::NotFound))
 }
 
 /// Inserts `token` as an active refresh token, whatever its `state` says.

@@ -1,13 +1,13 @@
 //! [`TokenStore`] on SQLite: grants, authorization codes, access and
 //! refresh tokens, and their purge.
 //!
-//! A code is taken by one conditional `UPDATE ... WHERE taken = 0
-//! RETURNING ...`. Tokens are written on the writer of events' thread,
-//! inside one of its groups ([`token_writes`](super::token_writes)): a
+//! Codes and tokens are written on the writer of events' thread, inside
+//! one of its groups ([`token_writes`](super::token_writes)): a
 //! redemption and a rotation, each a read then writes under the write lock,
 //! which clients ask for all day and the intake's floods must not hold up,
-//! and the plain inserts beside them, so that each statement is written
-//! once.
+//! and the code's take and the tokens' plain inserts they are made of, so
+//! that each statement is written once. A code is taken by one conditional
+//! `UPDATE ... WHERE taken = 0 RETURNING ...`.
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
@@ -17,9 +17,7 @@ use crate::records::grant::{Grant, GrantId};
 use crate::records::tokens::{AccessTokenRecord, CodeRecord, RefreshTokenRecord};
 use crate::secret::SecretHash;
 use crate::store::error::StoreError;
-use crate::store::sql::records::{
-    access_from, code_from, code_lookup, code_tombstone, grant_from, refresh_from,
-};
+use crate::store::sql::records::{access_from, code_lookup, grant_from, refresh_from};
 use crate::store::sql::{self, backend, find_row, insert_row};
 use crate::store::{CodeLookup, CodeTake, Rotation, TokenStore};
 
@@ -108,28 +106,15 @@ impl TokenStore for SqliteStore {
     }
 
     async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError> {
-        const ACTION: &str = "take an authorization code";
-        // One conditional statement: of any number of callers, only the one
-        // whose UPDATE finds `taken = 0` gets the row back.
-        let take = sqlx::query(
-            "UPDATE authorization_codes SET taken = 1
-             WHERE hash = ? AND taken = 0
-             RETURNING grant_id, client_id, account_id, redirect_uri, pkce_challenge,
-                       issued_at, expires_at",
-        )
-        .bind(hash.as_bytes().as_slice());
-        let _turn = self.write_turn().await;
-        if let Some(code) = find_row(&self.writer, take, ACTION, |c| code_from(c, *hash)).await? {
-            return Ok(CodeTake::Taken(code));
-        }
-        // Codes are never untaken, so a row found now is a tombstone (or,
-        // if the purge deleted it meanwhile, none is found).
-        let tombstone =
-            sqlx::query("SELECT grant_id, client_id FROM authorization_codes WHERE hash = ?")
-                .bind(hash.as_bytes().as_slice());
-        Ok(find_row(&self.writer, tombstone, ACTION, code_tombstone)
-            .await?
-            .unwrap_or(CodeTake::NotFound))
+        // One conditional statement, on the writer of events' thread as a
+        // redemption's: of any number of callers, only the one whose UPDATE
+        // finds `taken = 0` gets the row back.
+        let hash = *hash;
+        self.events
+            .write("take an authorization code", move |connection| {
+                token_writes::take(connection, &hash, "take an authorization code")
+            })
+            .await
     }
 
     async fn find_code(&self, hash: &SecretHash) -> Result<CodeLookup, StoreError> {
