@@ -1,13 +1,14 @@
 //! [`TokenStore`] on SQLite: grants, authorization codes, access and
 //! refresh tokens, and their purge.
 //!
-//! Codes and tokens are written on the writer of events' thread, inside
-//! one of its groups ([`token_writes`](super::token_writes)): a
-//! redemption and a rotation, each a read then writes under the write lock,
-//! which clients ask for all day and the intake's floods must not hold up,
-//! and the code's take and the tokens' plain inserts they are made of, so
-//! that each statement is written once. A code is taken by one conditional
-//! `UPDATE ... WHERE taken = 0 RETURNING ...`.
+//! A code's redemption and a refresh token's rotation, each a read then
+//! writes under the write lock, which clients ask for all day and the
+//! intake's floods must not hold up, run on the writer of events' thread
+//! inside one of its groups ([`token_writes`](super::token_writes)); so do
+//! the code's take and the tokens' plain inserts they are made of, so that
+//! each statement is written once. A code is taken by one conditional
+//! `UPDATE ... WHERE taken = 0 RETURNING ...`. Grants, a code's insert and
+//! the purge are written through sqlx, at the write gate.
 
 use async_trait::async_trait;
 use time::OffsetDateTime;

@@ -2,10 +2,11 @@
 //! process's two writing connections.
 //!
 //! SQLite admits one writer at a time. The store writes through two
-//! connections: sqlx's (grants, codes, clients, accounts, keys, webhooks,
-//! the purge) and the events writer's thread (`event_writer`: events, the
-//! webhook outbox's dispatches, leases and attempts, and tokens: stored,
-//! issued for a code, rotated). Left to SQLite, the one that
+//! connections: sqlx's (grants, codes issued, clients, accounts, keys,
+//! webhooks, the purge) and the events writer's thread (`event_writer`:
+//! events, the webhook outbox's dispatches, leases and attempts, codes
+//! taken or redeemed, and tokens stored or rotated). Left to SQLite, the
+//! one that
 //! finds the lock taken waits in SQLite's busy handler, which sleeps 1, 2,
 //! 5, 10 ... up to 100 ms between tries: under an event flood the writer of
 //! events holds the lock most of the time, and a token refresh lost the race
