@@ -68,6 +68,7 @@ pub mod pages;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod request_log;
+mod request_timeout;
 mod respond;
 mod route_table;
 mod router;

@@ -10,12 +10,12 @@ use ::axum::response::{IntoResponse as _, Response};
 use http::{Method, StatusCode};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::timeout::TimeoutLayer;
 
 use crate::answer::{HttpAnswer, ToHttpAnswer};
 use crate::axum::cors;
 use crate::axum::extract::{EventRequest, OAuthRequest, WebhookRequest};
 use crate::axum::openapi::{self, OPENAPI_PATH, serve_document};
+use crate::axum::request_timeout::RequestTimeoutLayer;
 use crate::axum::respond::{panic_as_json, plain_errors_as_json};
 use crate::axum::route_table::{self, Route};
 use crate::gateway::Gateway;
@@ -60,7 +60,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router
             ServiceBuilder::new()
                 .layer(CatchPanicLayer::custom(panic_as_json))
                 .map_response(plain_errors_as_json)
-                .layer(TimeoutLayer::with_status_code(
+                .layer(RequestTimeoutLayer::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     REQUEST_TIMEOUT,
                 )),

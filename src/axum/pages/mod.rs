@@ -63,10 +63,10 @@ use base64::engine::general_purpose::STANDARD;
 use sha2::{Digest as _, Sha256};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::timeout::TimeoutLayer;
 
 use crate::axum::extract::OAuthRequest;
 use crate::axum::pages::render::render;
+use crate::axum::request_timeout::RequestTimeoutLayer;
 use crate::axum::respond::{json_errors, panic_as_json};
 use crate::axum::router::REQUEST_TIMEOUT;
 use crate::signin::flows::{APPS_PATH, DIALOG_PATH, PageFlows, is_form};
@@ -145,7 +145,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>(state: PagesState) -> Router<S> 
             ServiceBuilder::new()
                 .layer(CatchPanicLayer::custom(panic_as_json))
                 .layer(middleware::from_fn(json_errors))
-                .layer(TimeoutLayer::with_status_code(
+                .layer(RequestTimeoutLayer::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     REQUEST_TIMEOUT,
                 )),

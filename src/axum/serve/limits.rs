@@ -17,10 +17,11 @@ pub struct ConnectionLimits {
     /// they are (at most `first_byte_timeout`).
     pub first_byte_timeout_under_pressure: Duration,
     /// How long a client may take to send a request's headers, counted from
-    /// when hyper starts waiting for them: its first byte on a new
-    /// connection, or the end of the previous answer on a kept-alive one. A
-    /// slower client is disconnected, so this is also how long an idle
-    /// kept-alive connection is kept.
+    /// its first byte on a new connection, or from the end of the previous
+    /// answer on a kept-alive one. A slower client is disconnected (at most
+    /// an eighth of this late: the accept loop checks eight times per
+    /// timeout), so this is also how long an idle kept-alive connection is
+    /// kept.
     pub header_timeout: Duration,
     /// The most connections open at once. At the cap, the connection that
     /// has waited longest for a whole request is closed for a new one.

@@ -10,6 +10,13 @@
 //! waiting longest (nginx and Envoy shed idle connections first the same
 //! way). A busy connection is never closed to make room.
 //!
+//! The same queue bounds how long a kept-alive connection may wait between
+//! two requests: the accept loop sweeps it (`close_waiting_since`) and
+//! closes every connection that has waited longer than the header timeout
+//! since its last answer, with no timer a request. A new connection's first
+//! wait is not the sweep's: the first-byte timeout bounds it, then a
+//! deadline of its own task from its first byte (`mod.rs`).
+//!
 //! Closing a kept-alive connection can cross a request the client has just
 //! sent on it; HTTP/1.1 allows for that (RFC 9112 section 9.3.1: "a client,
 //! server, or proxy MAY close the transport connection at any time") and
@@ -24,6 +31,7 @@ use std::task::{Context, Poll};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
+use tokio::time::Instant;
 
 /// The two low bits of [`Connection::state`]; the bits above count its
 /// requests, so that a queue entry of an earlier wait is told from the
@@ -78,9 +86,31 @@ impl Connection {
         closed
     }
 
+    /// Closes the connection if it still waits for its first request;
+    /// whether it did.
+    pub(super) fn close_first_wait(&self) -> bool {
+        self.close_if_waiting_at(0)
+    }
+
     /// Marks the connection closed: its task has ended.
     pub(super) fn mark_closed(&self) {
         self.state.store(state(CLOSED, 0), Ordering::Release);
+    }
+}
+
+/// A connection in the queue of waiting ones: the epoch it started waiting
+/// at, and when.
+struct Waiting {
+    connection: Arc<Connection>,
+    epoch: u64,
+    since: Instant,
+}
+
+impl Waiting {
+    /// Whether the connection has become busy, waited again or closed
+    /// since this entry was queued.
+    fn is_stale(&self) -> bool {
+        !self.connection.waits_at(self.epoch)
     }
 }
 
@@ -88,10 +118,11 @@ impl Connection {
 /// accept loop when one starts waiting.
 pub(super) struct OpenConnections {
     /// The waiting connections with the epoch they started waiting at, in
-    /// that order. An entry whose connection has since become busy, waited
-    /// again or closed is stale: skipped when met, dropped when the queue
-    /// is compacted.
-    waiting: Mutex<VecDeque<(Arc<Connection>, u64)>>,
+    /// that order (so also in the order of `since`: each entry takes its
+    /// time under the lock). An entry whose connection has since become
+    /// busy, waited again or closed is stale: skipped when met, dropped
+    /// when the queue is compacted.
+    waiting: Mutex<VecDeque<Waiting>>,
     /// Past this many entries the queue drops its stale ones: twice the
     /// connections that can be open, so compacting costs O(1) per entry.
     compact_at: usize,
@@ -122,21 +153,51 @@ impl OpenConnections {
     fn push(&self, connection: Arc<Connection>, epoch: u64) {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         if waiting.len() >= self.compact_at {
-            waiting.retain(|(connection, epoch)| connection.waits_at(*epoch));
+            waiting.retain(|entry| !entry.is_stale());
         }
-        waiting.push_back((connection, epoch));
+        waiting.push_back(Waiting {
+            connection,
+            epoch,
+            since: Instant::now(),
+        });
     }
 
     /// Closes the connection that has waited longest, if any waits; whether
     /// one was closed. Its slot is free once its task has ended.
     pub(super) fn close_longest_waiting(&self) -> bool {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some((connection, epoch)) = waiting.pop_front() {
-            if connection.close_if_waiting_at(epoch) {
+        while let Some(entry) = waiting.pop_front() {
+            if entry.connection.close_if_waiting_at(entry.epoch) {
                 return true;
             }
         }
         false
+    }
+
+    /// Closes every connection that has been waiting for its next request
+    /// since `cutoff` or earlier (the header timeout); how many. A first
+    /// wait is left to its connection's own deadlines. Walks the queue from
+    /// its front only as far as the first entry queued after `cutoff`,
+    /// dropping the stale entries on its way.
+    pub(super) fn close_waiting_since(&self, cutoff: Instant) -> usize {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let due = waiting.partition_point(|entry| entry.since <= cutoff);
+        let mut closed = 0;
+        let mut first_waits = Vec::new();
+        for entry in waiting.drain(..due) {
+            if entry.epoch == 0 {
+                if !entry.is_stale() {
+                    first_waits.push(entry);
+                }
+            } else if entry.connection.close_if_waiting_at(entry.epoch) {
+                closed += 1;
+            }
+        }
+        // Still the oldest waits: back at the front, in their order.
+        for entry in first_waits.into_iter().rev() {
+            waiting.push_front(entry);
+        }
+        closed
     }
 
     /// Closes every waiting connection (at shutdown); how many.
@@ -144,7 +205,7 @@ impl OpenConnections {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         waiting
             .drain(..)
-            .filter(|(connection, epoch)| connection.close_if_waiting_at(*epoch))
+            .filter(|entry| entry.connection.close_if_waiting_at(entry.epoch))
             .count()
     }
 
@@ -260,6 +321,8 @@ impl<B: Body + Unpin> Body for Answer<B> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn closed(connection: &Connection) -> bool {
@@ -351,6 +414,57 @@ mod tests {
         assert_eq!(connections.close_all_waiting(), 3);
         assert!(idle.iter().all(|connection| closed(connection)));
         assert!(!closed(&busy));
+    }
+
+    /// A connection that has been answered once and waits for its next
+    /// request.
+    fn kept_alive(connections: &Arc<OpenConnections>) -> Arc<Connection> {
+        let connection = connections.open();
+        drop(connections.begin_request(&connection));
+        connection
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sweep_closes_only_connections_waiting_since_the_cutoff() {
+        let connections = OpenConnections::new(8);
+        let oldest = kept_alive(&connections);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let busy = kept_alive(&connections);
+        let _request = connections.begin_request(&busy).unwrap();
+        let answered = kept_alive(&connections);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let newest = kept_alive(&connections);
+        let cutoff = Instant::now() - Duration::from_millis(500);
+
+        assert_eq!(connections.close_waiting_since(cutoff), 2);
+        assert!(closed(&oldest) && closed(&answered));
+        assert!(!closed(&busy), "a busy connection is never swept");
+        assert!(!closed(&newest), "it started waiting after the cutoff");
+        // The walk dropped every entry before the cutoff; the newest's two
+        // (its first wait, stale, and its wait now) are left.
+        let queued = connections.waiting.lock().unwrap().len();
+        assert_eq!(queued, 2);
+        assert_eq!(connections.close_waiting_since(cutoff), 0);
+        assert_eq!(connections.close_waiting_since(Instant::now()), 1);
+        assert!(closed(&newest));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sweep_leaves_first_waits_to_their_own_deadlines() {
+        let connections = OpenConnections::new(8);
+        let new = connections.open();
+        let kept_alive = connections.open();
+        drop(connections.begin_request(&kept_alive));
+        let newer = connections.open();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(connections.close_waiting_since(Instant::now()), 1);
+        assert!(closed(&kept_alive));
+        assert!(!closed(&new) && !closed(&newer));
+        // They keep their places for the cap, oldest first.
+        assert!(connections.close_longest_waiting());
+        assert!(closed(&new) && !closed(&newer));
+        assert!(connections.close_longest_waiting());
+        assert!(closed(&newer));
     }
 
     #[test]

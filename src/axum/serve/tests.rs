@@ -149,6 +149,57 @@ async fn a_client_that_trickles_its_headers_is_cut_off_at_the_header_timeout() {
     running.served.await.unwrap();
 }
 
+#[tokio::test]
+async fn an_idle_kept_alive_connection_is_closed_at_the_header_timeout() {
+    let timeout = Duration::from_millis(400);
+    let running = start_serving(ConnectionLimits {
+        header_timeout: timeout,
+        ..ConnectionLimits::default()
+    })
+    .await;
+    let mut stream = TcpStream::connect(running.address).await.unwrap();
+    let answer = get_on(&mut stream, "/peer").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let answered = Instant::now();
+    let mut buffer = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buffer)).await;
+    let closed_after = answered.elapsed();
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+    // Not before the timeout, and at most a sweep's period (an eighth of
+    // it) late, with room for a slow machine.
+    assert!(
+        closed_after >= timeout - Duration::from_millis(20)
+            && closed_after < timeout + Duration::from_millis(900),
+        "closed {closed_after:?} after the answer, the header timeout is {timeout:?}"
+    );
+    running.stop.send(()).unwrap();
+    running.served.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_request_in_flight_outlasts_the_header_timeout() {
+    let timeout = Duration::from_millis(200);
+    let running = start_serving(ConnectionLimits {
+        header_timeout: timeout,
+        ..ConnectionLimits::default()
+    })
+    .await;
+    let mut stream = TcpStream::connect(running.address).await.unwrap();
+    stream
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .unwrap();
+    running.entered.notified().await;
+    // Busy for five header timeouts: the sweep leaves it alone.
+    tokio::time::sleep(timeout * 5).await;
+    assert!(still_open(&stream), "a busy connection was closed");
+    running.release.notify_one();
+    let answer = read_answer(&mut stream).await;
+    assert!(answer.ends_with("done"), "{answer}");
+    running.stop.send(()).unwrap();
+    running.served.await.unwrap();
+}
+
 /// Whether the server closed `stream` within 5 s.
 async fn closed(stream: &mut TcpStream) -> bool {
     let mut buffer = [0u8; 64];
