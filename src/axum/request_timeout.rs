@@ -9,10 +9,11 @@
 //! tokio's timer wheel and removes it when answered, under the wheel's lock:
 //! with hyper's header timer, the two came to about 5% of the memory
 //! store's CPU under a flood (server/benches/intake_load/NOTES.md, "the
-//! timers"). A request answered in its first poll, as an event on the
-//! memory store is, never touches the wheel here. A handler that does not
-//! return cannot be cut short by any timer, so counting from the first wait
-//! instead of the call takes nothing from the bound.
+//! per-request timers"). A request answered in its first poll, as an event
+//! on the memory store is, never touches the wheel here. No timer can cut
+//! short a first poll that does not return (the timer is only polled
+//! between the handler's polls), so counting from the first wait instead
+//! of the call takes nothing from the bound.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -38,7 +38,9 @@ pub(crate) const EVENTS_PATH: &str = "/platform/events";
 pub(crate) const EVENT_BATCH_PATH: &str = "/platform/events/batch";
 
 /// How long one request may take before it is answered 503 with
-/// `Retry-After`; it also bounds how long a graceful shutdown waits.
+/// `Retry-After`, counted from when its handler first waits (one answered
+/// without waiting costs no timer); it also bounds how long a graceful
+/// shutdown waits.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The token, revocation, introspection, metadata, event and webhook
