@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use ::axum::response::Response;
 use http::StatusCode;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 use tower::{Layer, Service};
 
 /// Wraps a service so that each of its requests is answered with
@@ -108,7 +108,7 @@ where
         let timeout = *this.timeout;
         let timer = this
             .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(Instant::now() + timeout)));
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
         ready!(timer.as_mut().poll(context));
         let mut answer = Response::default();
         *answer.status_mut() = *this.status;
@@ -123,6 +123,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use tokio::time::Instant;
     use tower::ServiceExt as _;
 
     use super::*;
