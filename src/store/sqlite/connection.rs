@@ -55,7 +55,7 @@ pub(super) fn open_connection(
     // (200 KB by default) over pages a purge freed, about 100 MB, once.
     connection.pragma_update(None, "temp_store", "MEMORY")?;
     // The writer of events keeps every statement it runs prepared: its own
-    // three, the webhook outbox's fifteen and the tokens' seven, past
+    // three, the webhook outbox's fifteen and the tokens' ten, past
     // rusqlite's default of 16, where a cycle through them would prepare
     // each again every time.
     connection.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);

@@ -18,9 +18,9 @@
 //! submission with an idempotency key in a savepoint of its own, so one
 //! failing submission does not fail its neighbours) and answers each after
 //! the COMMIT. Many writers then share one disk flush instead of waiting
-//! for one each. The webhook outbox's frequent writes and the tokens'
-//! writes ride in the same groups ([`write_task`], [`outbox_writes`],
-//! [`token_writes`]). That thread and the sqlx
+//! for one each. The webhook outbox's frequent writes and the OAuth flow's
+//! writes (grants, codes, tokens) ride in the same groups ([`write_task`],
+//! [`outbox_writes`], [`token_writes`]). That thread and the sqlx
 //! connection that writes everything else take turns at SQLite's write
 //! lock through a fair [`write_gate`].
 //!

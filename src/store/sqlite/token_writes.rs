@@ -1,6 +1,7 @@
 //! The tokens' writes on the writer of events' connection (rusqlite): a
 //! refresh token's rotation, an authorization code's redemption, and the
-//! inserts of an access or a refresh token they also use, each run as a
+//! plain writes of the authorization flow (a grant, a code issued, an
+//! access or a refresh token stored, a grant revoked), each run as a
 //! [`write_task`](super::write_task) inside a group's transaction.
 //! [`super::tokens`] queues them and says what they promise; this file is
 //! their SQL.
@@ -13,7 +14,9 @@
 //! `COMMIT`), all of them holding the write gate, then a sync of the log of
 //! its own: under an intake flood every token refresh held up the events'
 //! groups for that long. On the writer's thread the statements cost no
-//! trip, and each write shares the group's one sync.
+//! trip, and each write shares the group's one sync. A grant and its first
+//! code, written when a user consents, were the last of the flow's writes
+//! to take the gate and a sync of their own.
 //!
 //! The group's transaction began `IMMEDIATE` and the writer holds its turn
 //! at the write gate, so what a rotation or a redemption reads cannot change before it
@@ -25,7 +28,8 @@
 use rusqlite::{Connection, OptionalExtension as _, params};
 use time::OffsetDateTime;
 
-use crate::records::tokens::{AccessTokenRecord, RefreshTokenRecord};
+use crate::records::grant::{Grant, GrantId};
+use crate::records::tokens::{AccessTokenRecord, CodeRecord, RefreshTokenRecord};
 use crate::secret::SecretHash;
 use crate::store::error::StoreError;
 use crate::store::sql::records::{code_from, code_tombstone, rotation_refused};
@@ -220,5 +224,85 @@ pub(super) fn insert_access(
             ])
         })
         .map_err(insert_failed("access token", action))?;
+    Ok(())
+}
+
+/// Inserts `grant`.
+///
+/// # Errors
+/// [`StoreError::Duplicate`] if its id is stored already; otherwise as
+/// [`failed`].
+pub(super) fn insert_grant(connection: &Connection, grant: &Grant) -> Result<(), StoreError> {
+    const ACTION: &str = "insert a grant";
+    let created = micros(grant.created_at)?;
+    let (revoked, refreshed) = (
+        opt_micros(grant.revoked_at)?,
+        opt_micros(grant.last_refreshed_at)?,
+    );
+    connection
+        .prepare_cached(
+            "INSERT INTO grants
+                 (id, client_id, account_id, created_at, revoked_at, last_refreshed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .and_then(|mut statement| {
+            statement.execute(params![
+                uuid_text(grant.id.0),
+                grant.client_id.as_str(),
+                uuid_text(grant.account_id.0),
+                created,
+                revoked,
+                refreshed,
+            ])
+        })
+        .map_err(insert_failed("grant", ACTION))?;
+    Ok(())
+}
+
+/// Marks the grant `id` revoked at `at`, unless it was revoked before (the
+/// first revocation's time is kept): whether the grant is stored, as
+/// [`crate::TokenStore::revoke_grant`] answers.
+pub(super) fn revoke_grant(
+    connection: &Connection,
+    id: GrantId,
+    at: OffsetDateTime,
+) -> Result<bool, StoreError> {
+    const ACTION: &str = "revoke a grant";
+    let at = micros(at)?;
+    let changed = connection
+        .prepare_cached("UPDATE grants SET revoked_at = COALESCE(revoked_at, ?1) WHERE id = ?2")
+        .and_then(|mut statement| statement.execute(params![at, uuid_text(id.0)]))
+        .map_err(failed(ACTION))?;
+    Ok(changed > 0)
+}
+
+/// Inserts `code`, not taken.
+///
+/// # Errors
+/// [`StoreError::Duplicate`] if its hash is stored already; otherwise as
+/// [`failed`].
+pub(super) fn insert_code(connection: &Connection, code: &CodeRecord) -> Result<(), StoreError> {
+    const ACTION: &str = "insert an authorization code";
+    let (issued, expires) = (micros(code.issued_at)?, micros(code.expires_at)?);
+    connection
+        .prepare_cached(
+            "INSERT INTO authorization_codes
+                 (hash, grant_id, client_id, account_id, redirect_uri, pkce_challenge,
+                  issued_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .and_then(|mut statement| {
+            statement.execute(params![
+                code.hash.as_bytes().as_slice(),
+                uuid_text(code.grant_id.0),
+                code.client_id.as_str(),
+                uuid_text(code.account_id.0),
+                code.redirect_uri,
+                code.pkce.as_ref().map(|pkce| pkce.challenge.as_str()),
+                issued,
+                expires,
+            ])
+        })
+        .map_err(insert_failed("authorization code", ACTION))?;
     Ok(())
 }

@@ -6,9 +6,11 @@
 //! intake's floods must not hold up, run on the writer of events' thread
 //! inside one of its groups ([`token_writes`](super::token_writes)); so do
 //! the code's take and the tokens' plain inserts they are made of, so that
-//! each statement is written once. A code is taken by one conditional
-//! `UPDATE ... WHERE taken = 0 RETURNING ...`. Grants, a code's insert and
-//! the purge are written through sqlx, at the write gate.
+//! each statement is written once, and the rest of the flow's writes (a
+//! grant and a code issued at consent, a grant revoked). A code is taken by
+//! one conditional `UPDATE ... WHERE taken = 0 RETURNING ...`. Only the
+//! purge is written through sqlx, at the write gate: a few short `DELETE`s
+//! of at most its limit of rows each, which are not worth a group's wait.
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
@@ -19,11 +21,11 @@ use crate::records::tokens::{AccessTokenRecord, CodeRecord, RefreshTokenRecord};
 use crate::secret::SecretHash;
 use crate::store::error::StoreError;
 use crate::store::sql::records::{access_from, code_lookup, grant_from, refresh_from};
-use crate::store::sql::{self, backend, find_row, insert_row};
+use crate::store::sql::{self, backend, find_row};
 use crate::store::{CodeLookup, CodeTake, Rotation, TokenStore};
 
 use super::SqliteStore;
-use super::columns::{Columns, micros, opt_micros, uuid_text};
+use super::columns::{Columns, micros, uuid_text};
 use super::token_writes;
 
 #[async_trait]
@@ -33,19 +35,12 @@ impl TokenStore for SqliteStore {
     }
 
     async fn insert_grant(&self, grant: &Grant) -> Result<(), StoreError> {
-        let statement = sqlx::query(
-            "INSERT INTO grants
-                 (id, client_id, account_id, created_at, revoked_at, last_refreshed_at)
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(uuid_text(grant.id.0))
-        .bind(grant.client_id.as_str())
-        .bind(uuid_text(grant.account_id.0))
-        .bind(micros(grant.created_at)?)
-        .bind(opt_micros(grant.revoked_at)?)
-        .bind(opt_micros(grant.last_refreshed_at)?);
-        let _turn = self.write_turn().await;
-        insert_row(&self.writer, statement, "grant", "insert a grant").await
+        let grant = grant.clone();
+        self.events
+            .write("insert a grant", move |connection| {
+                token_writes::insert_grant(connection, &grant)
+            })
+            .await
     }
 
     async fn find_grant(&self, id: GrantId) -> Result<Option<Grant>, StoreError> {
@@ -75,35 +70,20 @@ impl TokenStore for SqliteStore {
 
     async fn revoke_grant(&self, id: GrantId, at: OffsetDateTime) -> Result<bool, StoreError> {
         // One statement; COALESCE keeps the first revocation time.
-        let _turn = self.write_turn().await;
-        let done =
-            sqlx::query("UPDATE grants SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?")
-                .bind(micros(at)?)
-                .bind(uuid_text(id.0))
-                .execute(&self.writer)
-                .await
-                .map_err(backend("revoke a grant"))?;
-        Ok(done.rows_affected() > 0)
+        self.events
+            .write("revoke a grant", move |connection| {
+                token_writes::revoke_grant(connection, id, at)
+            })
+            .await
     }
 
     async fn insert_code(&self, code: &CodeRecord) -> Result<(), StoreError> {
-        let statement = sqlx::query(
-            "INSERT INTO authorization_codes
-                 (hash, grant_id, client_id, account_id, redirect_uri, pkce_challenge,
-                  issued_at, expires_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(code.hash.as_bytes().as_slice())
-        .bind(uuid_text(code.grant_id.0))
-        .bind(code.client_id.as_str())
-        .bind(uuid_text(code.account_id.0))
-        .bind(&code.redirect_uri)
-        .bind(code.pkce.as_ref().map(|pkce| pkce.challenge.as_str()))
-        .bind(micros(code.issued_at)?)
-        .bind(micros(code.expires_at)?);
-        let action = "insert an authorization code";
-        let _turn = self.write_turn().await;
-        insert_row(&self.writer, statement, "authorization code", action).await
+        let code = code.clone();
+        self.events
+            .write("insert an authorization code", move |connection| {
+                token_writes::insert_code(connection, &code)
+            })
+            .await
     }
 
     async fn take_code(&self, hash: &SecretHash) -> Result<CodeTake, StoreError> {
@@ -264,5 +244,148 @@ impl TokenStore for SqliteStore {
             "purge expired tokens",
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use time::macros::datetime;
+
+    use super::*;
+    use crate::random::{OsRandom, random_uuid};
+    use crate::records::client::ClientId;
+    use crate::records::tokens::PkceChallenge;
+    use crate::secret::{AuthorizationCode, SecretHasher};
+
+    /// A grant, not revoked, of a fresh client to a fresh account.
+    fn new_grant() -> Grant {
+        Grant {
+            id: GrantId(random_uuid(&OsRandom)),
+            client_id: ClientId::generate(&OsRandom),
+            account_id: AccountId(random_uuid(&OsRandom)),
+            created_at: datetime!(2026-03-01 12:00:00 UTC),
+            revoked_at: None,
+            last_refreshed_at: None,
+        }
+    }
+
+    /// A code of `grant`, not taken.
+    fn new_code(grant: &Grant) -> CodeRecord {
+        CodeRecord {
+            hash: AuthorizationCode::generate(&OsRandom).hash(&SecretHasher::new([7; 32])),
+            grant_id: grant.id,
+            client_id: grant.client_id.clone(),
+            account_id: grant.account_id,
+            redirect_uri: "https://app.example/callback".into(),
+            pkce: Some(PkceChallenge {
+                challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
+            }),
+            issued_at: grant.created_at,
+            expires_at: grant.created_at + time::Duration::minutes(10),
+        }
+    }
+
+    /// Waits until `done` holds; fails the test after ten seconds.
+    async fn until(done: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(tokio::time::Instant::now() < deadline, "never came to pass");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The writes of consent (a grant and its code) and of a grant's
+    /// revocation wait in the writer of events' queue while it writes a
+    /// group, and are committed with its next one, not through sqlx at the
+    /// write gate with a sync of their own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grants_codes_and_revocations_ride_in_the_writers_groups() {
+        let store = SqliteStore::open_temporary().await.expect("a store");
+        let (grant, revoked) = (new_grant(), new_grant());
+        store.insert_grant(&revoked).await.expect("stored");
+        let code = new_code(&grant);
+
+        // Hold the writer inside a group of its own.
+        let (running, is_running) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let writer = store.events.clone();
+        let held = tokio::spawn(async move {
+            writer
+                .write("hold", move |_| {
+                    running.send(()).expect("the test waits");
+                    released.recv().expect("released");
+                    Ok(())
+                })
+                .await
+        });
+        tokio::task::block_in_place(|| is_running.recv()).expect("the hold runs");
+
+        let revoked_at = datetime!(2026-03-02 08:00:00 UTC);
+        let writes = {
+            let store = store.clone();
+            let (grant, code, revoked_id) = (grant.clone(), code.clone(), revoked.id);
+            tokio::spawn(async move {
+                let grant_and_code = async {
+                    store.insert_grant(&grant).await?;
+                    store.insert_code(&code).await
+                };
+                tokio::join!(grant_and_code, store.revoke_grant(revoked_id, revoked_at))
+            })
+        };
+        // The grant's insert and the revocation queue behind the held group.
+        until(|| store.events.waiting() == 2).await;
+        release.send(()).expect("the hold waits");
+        held.await.expect("joined").expect("the held group");
+        let (inserted, was_revoked) = writes.await.expect("joined");
+        inserted.expect("the grant and its code");
+        assert!(was_revoked.expect("revoked"), "the grant is stored");
+
+        assert_eq!(store.find_grant(grant.id).await.unwrap(), Some(grant));
+        let stored = store.find_grant(revoked.id).await.unwrap().expect("stored");
+        assert_eq!(stored.revoked_at, Some(revoked_at));
+        assert_eq!(
+            store.find_code(&code.hash).await.unwrap(),
+            CodeLookup::Unused(code)
+        );
+    }
+
+    /// Stored twice, a grant or a code is a duplicate, and nothing of the
+    /// second write is kept; revoking an unknown grant changes nothing, and
+    /// revoking again keeps the first revocation's time.
+    #[tokio::test]
+    async fn the_flows_writes_keep_their_answers_on_the_writer() {
+        let store = SqliteStore::open_temporary().await.expect("a store");
+        let grant = new_grant();
+        store.insert_grant(&grant).await.expect("stored");
+        let mut again = new_grant();
+        again.id = grant.id;
+        assert!(matches!(
+            store.insert_grant(&again).await,
+            Err(StoreError::Duplicate { what: "grant" })
+        ));
+        assert_eq!(
+            store.find_grant(grant.id).await.unwrap(),
+            Some(grant.clone())
+        );
+
+        let code = new_code(&grant);
+        store.insert_code(&code).await.expect("stored");
+        assert!(matches!(
+            store.insert_code(&code).await,
+            Err(StoreError::Duplicate {
+                what: "authorization code"
+            })
+        ));
+
+        let unknown = GrantId(random_uuid(&OsRandom));
+        let first = datetime!(2026-03-02 08:00:00 UTC);
+        assert!(!store.revoke_grant(unknown, first).await.unwrap());
+        assert!(store.revoke_grant(grant.id, first).await.unwrap());
+        let later = datetime!(2026-03-03 08:00:00 UTC);
+        assert!(store.revoke_grant(grant.id, later).await.unwrap());
+        let stored = store.find_grant(grant.id).await.unwrap().expect("stored");
+        assert_eq!(stored.revoked_at, Some(first));
     }
 }

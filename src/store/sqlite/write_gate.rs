@@ -2,18 +2,18 @@
 //! process's two writing connections.
 //!
 //! SQLite admits one writer at a time. The store writes through two
-//! connections: sqlx's (grants, codes issued, clients, accounts, keys,
-//! webhooks, the purge) and the events writer's thread (`event_writer`:
-//! events, the webhook outbox's dispatches, leases and attempts, codes
-//! taken or redeemed, and tokens stored or rotated). Left to SQLite, the
-//! one that
-//! finds the lock taken waits in SQLite's busy handler, which sleeps 1, 2,
-//! 5, 10 ... up to 100 ms between tries: under an event flood the writer of
-//! events holds the lock most of the time, and a token refresh lost the race
-//! again and again (measured: refresh p99 of 107 to 332 ms). Here each
-//! writer takes a turn at a fair lock before it takes SQLite's, so a token
-//! write waits at most for the group being written: its events, and the
-//! webhook outbox's writes that ride in it (a dispatched page among them).
+//! connections: sqlx's (clients, accounts, keys, webhooks, the purge) and
+//! the events writer's thread (`event_writer`: events, the webhook
+//! outbox's dispatches, leases and attempts, grants stored or revoked,
+//! codes issued, taken or redeemed, and tokens stored or rotated). Left to
+//! SQLite, the one that finds the lock taken waits in SQLite's busy
+//! handler, which sleeps 1, 2, 5, 10 ... up to 100 ms between tries: under
+//! an event flood the writer of events holds the lock most of the time, and
+//! a token refresh lost the race again and again (measured: refresh p99 of
+//! 107 to 332 ms). Here each writer takes a turn at a fair lock before it
+//! takes SQLite's, so a write through sqlx waits at most for the group
+//! being written: its events, and the outbox's and the tokens' writes that
+//! ride in it (a dispatched page among them).
 //! Other processes on the same file still meet SQLite's busy timeout.
 
 use std::sync::Arc;
