@@ -7,6 +7,7 @@
 //! hold.
 
 mod event_log;
+mod fresh_pages;
 pub(crate) mod webhooks;
 
 use std::collections::{HashMap, HashSet};
@@ -16,7 +17,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use self::event_log::EventLog;
+use self::event_log::{EventLog, Reserve};
 use crate::account::{Account, AccountId};
 use crate::records::api_key::{ApiKeyId, ApiKeyRecord};
 use crate::records::client::{Client, ClientId, PreviousSecret};
@@ -637,6 +638,53 @@ pub struct MemoryEventSink {
     max_event_text: usize,
 }
 
+/// Records `submission` in `state`, as [`EventSink::record`] promises.
+fn record_locked(
+    state: &mut EventState,
+    submission: &EventSubmission,
+) -> Result<RecordOutcome, StoreError> {
+    if let Some(claim) = &submission.idempotency {
+        let id = (claim.account_id, claim.scope.clone(), claim.key.clone());
+        if let Some(existing) = state
+            .claims
+            .get(&id)
+            .filter(|existing| existing.expires_at > claim.created_at)
+        {
+            return Ok(existing.outcome_for(claim));
+        }
+    }
+    if let [event] = submission.events.as_slice() {
+        // One event: appending it is the check.
+        if !state.events.push_new(event) {
+            return Err(StoreError::Duplicate { what: "event" });
+        }
+    } else {
+        // Check every uuid before appending any: all or nothing.
+        let mut seen = std::collections::HashSet::new();
+        for event in &submission.events {
+            if !seen.insert(event.event_uuid) || state.events.contains(&event.event_uuid) {
+                return Err(StoreError::Duplicate { what: "event" });
+            }
+        }
+        for event in &submission.events {
+            let appended = state.events.push_new(event);
+            debug_assert!(appended, "checked above");
+        }
+    }
+    if let Some(claim) = &submission.idempotency {
+        state.claims.insert(
+            (claim.account_id, claim.scope.clone(), claim.key.clone()),
+            Claim {
+                fingerprint: claim.fingerprint,
+                expires_at: claim.expires_at,
+                event_uuids: submission.events.iter().map(|e| e.event_uuid).collect(),
+                batch_uuid: submission.batch_uuid,
+            },
+        );
+    }
+    Ok(RecordOutcome::Recorded)
+}
+
 impl Default for MemoryEventSink {
     fn default() -> Self {
         Self {
@@ -684,46 +732,16 @@ impl EventSink for MemoryEventSink {
                 .map_err(|error| StoreError::rejected("record events", error))?;
         }
         let mut state = lock(&self.state);
-        if let Some(claim) = &submission.idempotency {
-            let id = (claim.account_id, claim.scope.clone(), claim.key.clone());
-            if let Some(existing) = state
-                .claims
-                .get(&id)
-                .filter(|existing| existing.expires_at > claim.created_at)
-            {
-                return Ok(existing.outcome_for(claim));
-            }
+        let outcome = record_locked(&mut state, submission);
+        let wanted = state.events.reserve_wanted();
+        drop(state);
+        if let Some(wanted) = wanted {
+            // The log's next block and chunk, their pages faulted in here,
+            // where no other request waits for it (`fresh_pages`).
+            let reserve = Reserve::touched(wanted);
+            lock(&self.state).events.stock(reserve);
         }
-        if let [event] = submission.events.as_slice() {
-            // One event: appending it is the check.
-            if !state.events.push_new(event) {
-                return Err(StoreError::Duplicate { what: "event" });
-            }
-        } else {
-            // Check every uuid before appending any: all or nothing.
-            let mut seen = std::collections::HashSet::new();
-            for event in &submission.events {
-                if !seen.insert(event.event_uuid) || state.events.contains(&event.event_uuid) {
-                    return Err(StoreError::Duplicate { what: "event" });
-                }
-            }
-            for event in &submission.events {
-                let appended = state.events.push_new(event);
-                debug_assert!(appended, "checked above");
-            }
-        }
-        if let Some(claim) = &submission.idempotency {
-            state.claims.insert(
-                (claim.account_id, claim.scope.clone(), claim.key.clone()),
-                Claim {
-                    fingerprint: claim.fingerprint,
-                    expires_at: claim.expires_at,
-                    event_uuids: submission.events.iter().map(|e| e.event_uuid).collect(),
-                    batch_uuid: submission.batch_uuid,
-                },
-            );
-        }
-        Ok(RecordOutcome::Recorded)
+        outcome
     }
 
     async fn check_claim(
@@ -753,5 +771,60 @@ impl EventSink for MemoryEventSink {
             .claims
             .retain(|_, claim| !budget.spend(claim.expires_at < cutoff));
         Ok(limit - budget.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+    use crate::records::event::{EventPayload, IntakeChannel, RecordedEvent};
+
+    /// A submission of one conversion `n` whose payload takes about
+    /// `bytes` bytes.
+    fn submission(n: u128, bytes: usize) -> EventSubmission {
+        let filler = "x".repeat(bytes);
+        EventSubmission {
+            events: vec![RecordedEvent {
+                event_uuid: Uuid::from_u128(n),
+                account_id: AccountId(Uuid::from_u128(7)),
+                received_at: datetime!(2026-03-01 12:00:00 UTC),
+                event_type: "CONVERSION".to_owned(),
+                event_family: "CDP".to_owned(),
+                conversion_identifier: "signup".to_owned(),
+                email: "ana@example.com".to_owned(),
+                payload: EventPayload::from_value(&serde_json::json!({ "filler": filler })),
+                channel: IntakeChannel::ApiKey,
+            }],
+            batch_uuid: None,
+            idempotency: None,
+        }
+    }
+
+    /// Past half a block and half a chunk, a `record` call stocks the log's
+    /// reserve (after it let go of the lock), and every event reads back.
+    #[tokio::test]
+    async fn recording_past_half_a_block_and_a_chunk_stocks_the_reserve() {
+        let sink = MemoryEventSink::new();
+        sink.record(&submission(0, 10)).await.expect("recorded");
+        assert_eq!(lock(&sink.state).events.spares(), (false, false));
+        // 600 KiB of text in one event: past half a block.
+        sink.record(&submission(1, 600 << 10))
+            .await
+            .expect("recorded");
+        assert_eq!(lock(&sink.state).events.spares(), (true, false));
+        for n in 2..=2100 {
+            sink.record(&submission(n, 10)).await.expect("recorded");
+        }
+        assert_eq!(lock(&sink.state).events.spares(), (true, true));
+        assert_eq!(sink.len(), 2101);
+        let read = sink.find_event(Uuid::from_u128(2100)).await.expect("read");
+        assert_eq!(read, Some(submission(2100, 10).events.remove(0)));
+        // A duplicate is still refused, the reserve untouched.
+        assert!(matches!(
+            sink.record(&submission(5, 10)).await,
+            Err(StoreError::Duplicate { what: "event" })
+        ));
     }
 }
