@@ -491,9 +491,12 @@ mod tests {
     fn a_block_is_asked_for_once_past_half_full_and_its_spare_is_the_next_block() {
         let mut log = EventLog::default();
         assert_eq!(log.reserve_wanted(), None, "an empty log keeps no reserve");
-        assert!(log.push_new(&event_of(1, TEXT_BLOCK / 2 - 100)));
+        // Exactly half a block: not past half.
+        let others = text_length(&event_of(1, 0));
+        assert!(log.push_new(&event_of(1, TEXT_BLOCK / 2 - others)));
+        assert_eq!(log.texts[0].len(), TEXT_BLOCK / 2);
         assert_eq!(log.reserve_wanted(), None, "half a block is not past half");
-        assert!(log.push_new(&event_of(2, 200)));
+        assert!(log.push_new(&event_of(2, 0)));
         let wanted = ReserveWanted {
             text: true,
             chunk: false,
