@@ -256,9 +256,10 @@ mod store;
 pub use store::conformance;
 pub use store::error::StoreError;
 pub use store::feed::{EventFeed, FeedCursor, FeedPage};
+pub use store::memory::event_sink::MemoryEventSink;
 pub use store::memory::webhooks::MemoryWebhookStore;
 pub use store::memory::{
-    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
+    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryTokenStore,
 };
 #[cfg(feature = "nats")]
 pub use store::nats::{NatsEventSink, NatsOptions, StreamNameError};

@@ -47,9 +47,10 @@ use crate::oauth::introspection::ResourceServer;
 use crate::random::{OsRandom, RandomSource};
 use crate::secret::SecretHasher;
 use crate::store::feed::EventFeed;
+use crate::store::memory::event_sink::MemoryEventSink;
 use crate::store::memory::webhooks::MemoryWebhookStore;
 use crate::store::memory::{
-    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryEventSink, MemoryTokenStore,
+    MemoryAccountStore, MemoryApiKeyStore, MemoryClientRegistry, MemoryTokenStore,
 };
 use crate::store::webhooks::WebhookStore;
 use crate::store::{AccountStore, ApiKeyStore, ClientRegistry, EventSink, TokenStore};
