@@ -227,6 +227,49 @@ async fn the_purge_passes_a_claim_being_taken_over_and_keeps_it() {
     .await;
 }
 
+/// `url` with startup options that put its sessions in `schema` and add
+/// `more` (already percent-encoded, `%20-c%20name%3Dvalue`).
+fn url_in_schema(url: &str, schema: &str, more: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20search_path%3D{schema}{more}")
+}
+
+/// What `SHOW backend_flush_after` answers on a connection of `store`'s.
+async fn backend_flush_after(store: &PgStore) -> String {
+    sqlx::query_scalar("SHOW backend_flush_after")
+        .fetch_one(store.pool())
+        .await
+        .expect("show backend_flush_after")
+}
+
+/// The store's own pool asks PostgreSQL to write each session's data out
+/// early, where nothing else set when (PostgreSQL's default, 0, is never).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stores_own_pool_writes_back_early() {
+    in_schema(|schema| async move {
+        let url = url_in_schema(&database_url(), schema.name(), "");
+        let store = PgStore::connect(&url).await.expect("connect");
+        assert_eq!(backend_flush_after(&store).await, "256kB");
+        store.close().await;
+    })
+    .await;
+}
+
+/// A `backend_flush_after` the address sets is kept, 0 included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_back_setting_of_the_operators_is_kept() {
+    in_schema(|schema| async move {
+        for (setting, shown) in [("0", "0"), ("64", "512kB")] {
+            let more = format!("%20-c%20backend_flush_after%3D{setting}");
+            let url = url_in_schema(&database_url(), schema.name(), &more);
+            let store = PgStore::connect(&url).await.expect("connect");
+            assert_eq!(backend_flush_after(&store).await, shown);
+            store.close().await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_token_store_keeps_the_contract() {
     in_schema(|schema| async move {
