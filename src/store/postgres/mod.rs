@@ -338,15 +338,17 @@ const WRITE_BACK_AFTER: &str = "256kB";
 ///
 /// Why: the events table only grows, and under a long flood the writer's
 /// session evicts a full page from the small shared buffers for nearly
-/// every new one. Those pages wait in the kernel's page cache (hundreds of
-/// MB) until its write-back takes them all at once, 30 s later, or the
-/// checkpoint's `fsync` does; meanwhile every commit's log flush waits
-/// behind them. Measured on a 2-core VM with PostgreSQL's stock settings
-/// (benches/intake_load/NOTES.md, "PostgreSQL's write-back"), 60 s of
-/// flood in 2-second pieces: a stall of 110 to 200 ms at p99 about every
-/// 17 s without the setting, 34 to 45 ms with it, and as many requests a
-/// second. PostgreSQL's documentation names this case, data written once
-/// and not read back, as the one the setting is for.
+/// every new one. Left to the kernel, those pages pile up in its page
+/// cache (hundreds of MB) until its write-back or a checkpoint's `fsync`
+/// takes them all at once, and every commit's log flush waits behind them.
+/// PostgreSQL's documentation names this case, data written once and not
+/// read back soon, as the one the setting is for. Measured on a 2-core VM
+/// with PostgreSQL 15's stock settings (server/benches/intake_load/NOTES.md,
+/// "the write-back hint"), two pairs of 60 s floods: as many requests a
+/// second, the dirty cache held near 130 MB instead of climbing to 650,
+/// and the pauses (about one every 17 s, at each checkpoint) mostly 34 to
+/// 55 ms instead of 91 to 257 ms; one of 311 ms remained, so this shortens
+/// the pauses without bounding them.
 async fn write_back_early(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query(
         "SELECT set_config('backend_flush_after', $1, false)
