@@ -240,6 +240,14 @@ async fn run(options: Options) {
     let postgres_settings = database_url
         .as_deref()
         .map(|url| query_text(url, POSTGRES_SETTINGS.to_owned()));
+    // A cluster that has not yet made its log's segment files (a new
+    // machine's) writes each new one as zeros and syncs it inside some
+    // commit, pausing the flood, until `max_wal_size` worth exist: the
+    // count tells such a run from the others (NOTES.md, "the write-back
+    // hint").
+    let wal_segments = database_url
+        .as_deref()
+        .map(|url| query_text(url, WAL_SEGMENTS.to_owned()));
     let postgres = database_url.as_ref().map(|url| postgres_store(url, ""));
     let postgres_baseline = database_url
         .filter(|_| options.baseline.is_some())
@@ -457,6 +465,13 @@ async fn run(options: Options) {
     match postgres_settings {
         Some(Ok(settings)) => println!("\nPostgreSQL's settings: {settings}."),
         Some(Err(error)) => println!("\nPostgreSQL's settings could not be read: {error}."),
+        None => {}
+    }
+    match wal_segments {
+        Some(Ok(count)) => println!("PostgreSQL's log segment files before the floods: {count}."),
+        Some(Err(error)) => {
+            println!("PostgreSQL's log segment files could not be counted: {error}.")
+        }
         None => {}
     }
 
@@ -930,6 +945,11 @@ const POSTGRES_SETTINGS: &str =
     "SELECT string_agg(name || ' ' || current_setting(name), ', ' ORDER BY ordinality)
      FROM unnest(ARRAY['shared_buffers', 'max_wal_size', 'checkpoint_timeout',
                        'synchronous_commit', 'wal_sync_method']) WITH ORDINALITY AS name";
+
+/// How many segment files the PostgreSQL server's log has (`pg_ls_waldir`
+/// needs a superuser or `pg_monitor`), as text.
+const WAL_SEGMENTS: &str =
+    "SELECT count(*)::text FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'";
 
 /// Runs `sql` on the server at `url`, on a thread and runtime of its own
 /// (the caller may be on the bench's runtime, which cannot block on it).
