@@ -341,8 +341,11 @@ const WRITE_BACK_AFTER: &str = "256kB";
 /// every new one. Left to the kernel, those pages pile up in its page
 /// cache (hundreds of MB) until its write-back or a checkpoint's `fsync`
 /// takes them all at once, and every commit's log flush waits behind them.
-/// PostgreSQL's documentation names this case, data written once and not
-/// read back soon, as the one the setting is for. Measured on a 2-core VM
+/// PostgreSQL's documentation says the setting limits that dirty data and
+/// the stalls at a checkpoint's `fsync` or a large write-back, and that it
+/// may cost where a working set larger than the shared buffers is served
+/// from the page cache, whose pages are then written out more often: the
+/// table's pages are written out once, full. Measured on a 2-core VM
 /// with PostgreSQL 15's stock settings (server/benches/intake_load/NOTES.md,
 /// "the write-back hint"), two pairs of 60 s floods: as many requests a
 /// second, the dirty cache held near 130 MB instead of climbing to 650,
