@@ -32,7 +32,9 @@ WEBHOOK = "/integrations/webhooks/{uuid}"
 # The service's MAX_WEBHOOKS_PER_ACCOUNT is 20; room is kept for the
 # stateful phase's registrations between two checks.
 KEEP_AT_MOST = 15
-WELL_FORMED = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[!-~]*)?$")
+# Only URLs that are valid URIs (RFC 3986's characters) are replaced: one
+# that Schemathesis made invalid on purpose stays, and must be refused.
+WELL_FORMED = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&'()*+,;=:@/%?#-]*)?$")
 
 
 class Receiver(BaseHTTPRequestHandler):
