@@ -1,6 +1,10 @@
-"""Signs in as the demo account of a running service, approves the demo
-app, and prints a fresh access token: what Schemathesis authenticates its
-bearer-token requests with.
+"""The demo account of a running service, signed in on the consent dialog:
+codes and tokens for Schemathesis, as a user approving the demo app would
+get them.
+
+Run as a script, it prints a fresh access token, what Schemathesis
+authenticates its bearer-token requests with. hooks.py imports `Dialog` to
+give the token endpoint codes and refresh tokens the service really issued.
 
 Usage: tokens.py BASE_URL DEMO_CREDENTIALS_JSON
 """
@@ -22,57 +26,79 @@ def hidden_csrf(html: str) -> str:
     return found.group(1)
 
 
+class Dialog:
+    """A browser session of the demo account on the authorization dialog,
+    signed in once; each `code()` is one more approval of the demo app."""
+
+    def __init__(self, base: str, credentials_path: str):
+        with open(credentials_path, encoding="utf-8") as file:
+            self.demo = json.load(file)
+        self.base = base
+        self.session = requests.Session()
+        query = self._query(None)
+        page = self.session.get(f"{base}/auth/dialog?{query}", timeout=10)
+        page.raise_for_status()
+        signed_in = self.session.post(
+            f"{base}/auth/dialog",
+            data={
+                "action": "login",
+                "query": query,
+                "csrf": hidden_csrf(page.text),
+                "email": self.demo["email"],
+                "password": self.demo["password"],
+            },
+            allow_redirects=False,
+            timeout=30,
+        )
+        if signed_in.status_code != 303:
+            raise SystemExit(f"sign-in answered {signed_in.status_code}: {signed_in.text[:500]}")
+
+    def _query(self, challenge):
+        params = {"client_id": self.demo["client_id"], "redirect_uri": self.demo["redirect_uri"]}
+        if challenge is not None:
+            params.update(code_challenge=challenge, code_challenge_method="S256")
+        return urlencode(params)
+
+    def code(self, challenge=None) -> str:
+        """A new authorization code for the demo app, issued with the PKCE
+        S256 `challenge` when one is given."""
+        query = self._query(challenge)
+        consent = self.session.get(f"{self.base}/auth/dialog?{query}", timeout=10)
+        consent.raise_for_status()
+        decided = self.session.post(
+            f"{self.base}/auth/dialog",
+            data={
+                "action": "consent",
+                "query": query,
+                "csrf": hidden_csrf(consent.text),
+                "decision": "allow",
+            },
+            allow_redirects=False,
+            timeout=10,
+        )
+        if decided.status_code != 302:
+            raise SystemExit(f"consent answered {decided.status_code}: {decided.text[:500]}")
+        return parse_qs(urlparse(decided.headers["location"]).query)["code"][0]
+
+    def tokens(self) -> dict:
+        """A new grant's tokens: a code exchanged as the demo app."""
+        issued = requests.post(
+            f"{self.base}/auth/token",
+            json={
+                "grant_type": "authorization_code",
+                "client_id": self.demo["client_id"],
+                "client_secret": self.demo["client_secret"],
+                "code": self.code(),
+                "redirect_uri": self.demo["redirect_uri"],
+            },
+            timeout=10,
+        )
+        issued.raise_for_status()
+        return issued.json()
+
+
 def main() -> int:
-    base, credentials = sys.argv[1], sys.argv[2]
-    with open(credentials, encoding="utf-8") as file:
-        demo = json.load(file)
-    query = urlencode({"client_id": demo["client_id"], "redirect_uri": demo["redirect_uri"]})
-    session = requests.Session()
-    page = session.get(f"{base}/auth/dialog?{query}", timeout=10)
-    page.raise_for_status()
-    signed_in = session.post(
-        f"{base}/auth/dialog",
-        data={
-            "action": "login",
-            "query": query,
-            "csrf": hidden_csrf(page.text),
-            "email": demo["email"],
-            "password": demo["password"],
-        },
-        allow_redirects=False,
-        timeout=30,
-    )
-    if signed_in.status_code != 303:
-        raise SystemExit(f"sign-in answered {signed_in.status_code}: {signed_in.text[:500]}")
-    consent = session.get(f"{base}/auth/dialog?{query}", timeout=10)
-    consent.raise_for_status()
-    decided = session.post(
-        f"{base}/auth/dialog",
-        data={
-            "action": "consent",
-            "query": query,
-            "csrf": hidden_csrf(consent.text),
-            "decision": "allow",
-        },
-        allow_redirects=False,
-        timeout=10,
-    )
-    if decided.status_code != 302:
-        raise SystemExit(f"consent answered {decided.status_code}: {decided.text[:500]}")
-    code = parse_qs(urlparse(decided.headers["location"]).query)["code"][0]
-    tokens = requests.post(
-        f"{base}/auth/token",
-        json={
-            "grant_type": "authorization_code",
-            "client_id": demo["client_id"],
-            "client_secret": demo["client_secret"],
-            "code": code,
-            "redirect_uri": demo["redirect_uri"],
-        },
-        timeout=10,
-    )
-    tokens.raise_for_status()
-    print(tokens.json()["access_token"])
+    print(Dialog(sys.argv[1], sys.argv[2]).tokens()["access_token"])
     return 0
 
 
