@@ -343,6 +343,18 @@ async fn logs_name_method_path_status_and_never_a_secret() {
         logs.contains("method=POST path=\"/platform/conversions\" status=200 latency_ms="),
         "{logs}"
     );
+    // Milliseconds to the microsecond, as a decimal: never the binary
+    // rounding of a nanosecond count (`0.015489000000000001`).
+    for latency in logs.split("latency_ms=").skip(1) {
+        let number = latency.split_whitespace().next().unwrap_or_default();
+        let decimals = number
+            .split_once('.')
+            .map_or(0, |(_, fraction)| fraction.len());
+        assert!(
+            number.parse::<f64>().is_ok() && decimals <= 3,
+            "latency_ms={number}"
+        );
+    }
     assert!(
         logs.contains("method=POST path=\"/platform/conversions\" status=401"),
         "{logs}"
