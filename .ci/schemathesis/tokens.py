@@ -36,22 +36,31 @@ class Dialog:
         self.base = base
         self.session = requests.Session()
         query = self._query(None)
-        page = self.session.get(f"{base}/auth/dialog?{query}", timeout=10)
-        page.raise_for_status()
-        signed_in = self.session.post(
-            f"{base}/auth/dialog",
-            data={
+        self._decide(
+            {
                 "action": "login",
                 "query": query,
-                "csrf": hidden_csrf(page.text),
+                "csrf": self._csrf(query),
                 "email": self.demo["email"],
                 "password": self.demo["password"],
             },
-            allow_redirects=False,
-            timeout=30,
+            303,
         )
-        if signed_in.status_code != 303:
-            raise SystemExit(f"sign-in answered {signed_in.status_code}: {signed_in.text[:500]}")
+
+    def _csrf(self, query):
+        """The CSRF token of the dialog's page for `query` (sign-in or consent)."""
+        page = self.session.get(f"{self.base}/auth/dialog?{query}", timeout=10)
+        page.raise_for_status()
+        return hidden_csrf(page.text)
+
+    def _decide(self, form, expected):
+        """Posts `form` to the dialog; its redirect, which must be `expected`."""
+        answer = self.session.post(
+            f"{self.base}/auth/dialog", data=form, allow_redirects=False, timeout=30
+        )
+        if answer.status_code != expected:
+            raise SystemExit(f"{form['action']} answered {answer.status_code}: {answer.text[:500]}")
+        return answer
 
     def _query(self, challenge):
         params = {"client_id": self.demo["client_id"], "redirect_uri": self.demo["redirect_uri"]}
@@ -63,21 +72,15 @@ class Dialog:
         """A new authorization code for the demo app, issued with the PKCE
         S256 `challenge` when one is given."""
         query = self._query(challenge)
-        consent = self.session.get(f"{self.base}/auth/dialog?{query}", timeout=10)
-        consent.raise_for_status()
-        decided = self.session.post(
-            f"{self.base}/auth/dialog",
-            data={
+        decided = self._decide(
+            {
                 "action": "consent",
                 "query": query,
-                "csrf": hidden_csrf(consent.text),
+                "csrf": self._csrf(query),
                 "decision": "allow",
             },
-            allow_redirects=False,
-            timeout=10,
+            302,
         )
-        if decided.status_code != 302:
-            raise SystemExit(f"consent answered {decided.status_code}: {decided.text[:500]}")
         return parse_qs(urlparse(decided.headers["location"]).query)["code"][0]
 
     def tokens(self) -> dict:
