@@ -24,11 +24,12 @@
 //! behind the events (its p99 should stay under 100 ms).
 //!
 //! ```text
-//! cargo bench -p conversion-gateway-server --bench intake_load -- [--seconds 10] [--warmup 2] [--connections 64] [--rounds 3] [--generator hyper|wrk] [--baseline PATH] [--webhook]
+//! cargo bench -p conversion-gateway-server --bench intake_load -- [--seconds 10] [--warmup 2] [--connections 64] [--rounds 3] [--generator hyper|wrk] [--wrk-threads 1] [--baseline PATH] [--webhook]
 //! ```
 //!
 //! `--generator wrk` sends the flood with `wrk -t1` instead of this
-//! program's hyper clients (see [`Generator`]).
+//! program's hyper clients (see [`Generator`]); `--wrk-threads 2` gives
+//! `wrk` two threads, as issue 39 measured (`wrk -t2 -c64`).
 //!
 //! `--baseline PATH` also floods another build of the service, `PATH` (say
 //! the previous commit's `target/release/conversion-gateway`), on the memory
@@ -95,6 +96,9 @@ struct Options {
     connections: usize,
     rounds: usize,
     generator: Generator,
+    /// `wrk`'s threads (`--wrk-threads`, 1 by default): issue 39 measured
+    /// with `wrk -t2 -c64`, the record in `NOTES.md` with `-t1`.
+    wrk_threads: usize,
     /// Another build of the service to flood beside this one
     /// (`--baseline`).
     baseline: Option<PathBuf>,
@@ -108,8 +112,8 @@ struct Options {
 enum Generator {
     /// hyper clients on this program's tokio runtime: nothing to install.
     Hyper,
-    /// `wrk -t1` (Debian's `wrk`), as the issue measured: a C event loop on
-    /// one thread, which turns an answer into the next request faster than
+    /// `wrk -t1` (Debian's `wrk`; `--wrk-threads` for more): a C event
+    /// loop on one thread, which turns an answer into the next request faster than
     /// a tokio task does, so a server that answers after a disk flush is
     /// not held back by the generator's own wake-ups.
     Wrk,
@@ -123,6 +127,7 @@ impl Options {
             connections: 64,
             rounds: 3,
             generator: Generator::Hyper,
+            wrk_threads: 1,
             baseline: None,
             webhook: false,
         };
@@ -149,6 +154,7 @@ impl Options {
                 "--warmup" => options.warmup = value(),
                 "--connections" => options.connections = value() as usize,
                 "--rounds" => options.rounds = value() as usize,
+                "--wrk-threads" => options.wrk_threads = value().max(1) as usize,
                 "--generator" => {
                     options.generator = match args.next().as_deref() {
                         Some("hyper") => Generator::Hyper,
@@ -416,8 +422,8 @@ async fn run(options: Options) {
         "\n{} connections ({}), {} s per run, {} rounds, median round; token refreshes during the floods, all rounds:\n",
         options.connections,
         match options.generator {
-            Generator::Hyper => "hyper clients",
-            Generator::Wrk => "wrk -t1",
+            Generator::Hyper => "hyper clients".to_owned(),
+            Generator::Wrk => format!("wrk -t{}", options.wrk_threads),
         },
         options.seconds,
         options.rounds
@@ -537,10 +543,13 @@ fn median(rounds: &[Round]) -> Round {
 async fn load(address: SocketAddr, query: &str, options: &Options, deadline: Instant) -> Round {
     if options.generator == Generator::Wrk {
         let (address, query) = (address, query.to_owned());
-        let (connections, seconds) = (options.connections, options.seconds);
-        return tokio::task::spawn_blocking(move || wrk(address, &query, connections, seconds))
-            .await
-            .expect("wrk");
+        let (threads, connections, seconds) =
+            (options.wrk_threads, options.connections, options.seconds);
+        return tokio::task::spawn_blocking(move || {
+            wrk(address, &query, threads, connections, seconds)
+        })
+        .await
+        .expect("wrk");
     }
     let uri = format!("http://{address}/platform/conversions?{query}");
     let tasks: Vec<_> = (0..options.connections)
@@ -599,7 +608,13 @@ async fn load(address: SocketAddr, query: &str, options: &Options, deadline: Ins
 /// One `wrk` run of `seconds` on `connections` connections, posting the
 /// typical event; every answer but a 2xx (and every socket error) is a
 /// failure.
-fn wrk(address: SocketAddr, query: &str, connections: usize, seconds: u64) -> Round {
+fn wrk(
+    address: SocketAddr,
+    query: &str,
+    threads: usize,
+    connections: usize,
+    seconds: u64,
+) -> Round {
     let dir = std::env::temp_dir().join(format!("cg-intake-wrk-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let body = dir.join("typical.json");
@@ -617,7 +632,11 @@ fn wrk(address: SocketAddr, query: &str, connections: usize, seconds: u64) -> Ro
     )
     .expect("write the script");
     let output = Command::new("wrk")
-        .args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s")])
+        .args([
+            format!("-t{threads}"),
+            format!("-c{connections}"),
+            format!("-d{seconds}s"),
+        ])
         .arg("--latency")
         .arg("-s")
         .arg(&script)
