@@ -113,9 +113,9 @@ enum Generator {
     /// hyper clients on this program's tokio runtime: nothing to install.
     Hyper,
     /// `wrk -t1` (Debian's `wrk`; `--wrk-threads` for more): a C event
-    /// loop on one thread, which turns an answer into the next request faster than
-    /// a tokio task does, so a server that answers after a disk flush is
-    /// not held back by the generator's own wake-ups.
+    /// loop on one thread, which turns an answer into the next request
+    /// faster than a tokio task does, so a server that answers after a disk
+    /// flush is not held back by the generator's own wake-ups.
     Wrk,
 }
 
