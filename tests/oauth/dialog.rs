@@ -50,6 +50,38 @@ async fn the_legacy_redirect_url_parameter_is_accepted() {
 }
 
 #[tokio::test]
+async fn both_redirect_parameters_are_accepted_when_they_agree() {
+    let f = Fixture::new().await;
+    let query = format!(
+        "client_id={}&redirect_uri={REDIRECT_URI}&redirect_url={REDIRECT_URI}",
+        f.client.id
+    );
+    let request = f
+        .gateway
+        .authorization_request(&query)
+        .await
+        .expect("the same URI twice is no conflict");
+    assert_eq!(request.redirect_uri(), REDIRECT_URI);
+}
+
+#[tokio::test]
+async fn the_request_reads_state_decoded_and_none_when_absent() {
+    let f = Fixture::new().await;
+    let with_state = f
+        .gateway
+        .authorization_request(&f.dialog_query("&state=xyz%20123"))
+        .await
+        .expect("valid");
+    assert_eq!(with_state.state(), Some("xyz 123"));
+    let without = f
+        .gateway
+        .authorization_request(&f.dialog_query(""))
+        .await
+        .expect("valid");
+    assert_eq!(without.state(), None);
+}
+
+#[tokio::test]
 async fn conflicting_redirect_parameters_are_refused() {
     let f = Fixture::new().await;
     let query = format!(

@@ -47,6 +47,36 @@ async fn a_refresh_token_is_described_with_what_applies_to_it() {
     }
 }
 
+/// RFC 7662 section 2.1: the hint is there to "help the protected resource
+/// optimize the token lookup". The hinted kind is looked up first, so a
+/// lookup of the other kind, made to fail here, is never reached.
+#[tokio::test]
+async fn the_hinted_kind_of_token_is_looked_up_first() {
+    for (hint, unreached) in [
+        ("refresh_token", "find_access_token"),
+        ("access_token", "find_refresh_token"),
+    ] {
+        let tokens = std::sync::Arc::new(FlakyTokens::default());
+        let stores = conversion_gateway::Stores {
+            tokens: tokens.clone(),
+            ..conversion_gateway::Stores::in_memory()
+        };
+        let f = Fixture::with_stores(stores, |_| {}).await;
+        let (access, refresh) = f.tokens().await;
+        let token = if hint == "refresh_token" {
+            refresh
+        } else {
+            access
+        };
+        tokens.fail_next(unreached);
+        let form = format!("token={token}&token_type_hint={hint}");
+        let answer = f.introspect(Some(&f.basic()), &form).await;
+        assert_eq!(answer.status, 200, "{hint}: {:?}", answer.json_body());
+        assert_eq!(body(&answer)["active"], true, "{hint}");
+        assert!(tokens.is_armed(unreached), "{hint}: {unreached} was called");
+    }
+}
+
 #[tokio::test]
 async fn credentials_in_the_body_work_like_basic() {
     let f = Fixture::new().await;

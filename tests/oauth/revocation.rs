@@ -35,6 +35,42 @@ async fn revoking_by_refresh_token_revokes_the_grant() {
     assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
 }
 
+/// RFC 7009 section 2.1: the hint "MAY be used by the authorization server
+/// to optimize the token lookup". The hinted kind is looked up first, so a
+/// lookup of the other kind, made to fail here, is never reached.
+#[tokio::test]
+async fn the_hinted_kind_of_token_is_looked_up_first() {
+    for (hint, unreached) in [
+        ("refresh_token", "find_access_token"),
+        ("access_token", "find_refresh_token"),
+    ] {
+        let tokens = std::sync::Arc::new(FlakyTokens::default());
+        let stores = conversion_gateway::Stores {
+            tokens: tokens.clone(),
+            ..conversion_gateway::Stores::in_memory()
+        };
+        let f = Fixture::with_stores(stores, |_| {}).await;
+        let (access, refresh) = f.tokens().await;
+        let token = if hint == "refresh_token" {
+            &refresh
+        } else {
+            &access
+        };
+        tokens.fail_next(unreached);
+        let form = format!("token={token}&token_type_hint={hint}");
+        let answer = f.revoke(Some(&f.basic()), &form).await;
+        assert_eq!(answer.status, 200, "{hint}: {:?}", answer.json_body());
+        assert!(tokens.is_armed(unreached), "{hint}: {unreached} was called");
+        // The grant is revoked, seen through the lookup left working.
+        if hint == "refresh_token" {
+            assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
+        } else {
+            let outcome = f.bearer(&access).await;
+            assert!(matches!(outcome, Err(BearerError::Invalid)), "{outcome:?}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_wrong_or_unknown_hint_is_ignored() {
     let f = Fixture::new().await;

@@ -151,6 +151,12 @@ impl FlakyTokens {
         self.armed.lock().unwrap().push(operation);
     }
 
+    /// Whether a failure armed for `operation` is still waiting: no call
+    /// of it was made since [`FlakyTokens::fail_next`].
+    pub fn is_armed(&self, operation: &'static str) -> bool {
+        self.armed.lock().unwrap().contains(&operation)
+    }
+
     fn trip(&self, operation: &'static str) -> Result<(), conversion_gateway::StoreError> {
         let mut armed = self.armed.lock().unwrap();
         match armed.iter().position(|armed| *armed == operation) {
