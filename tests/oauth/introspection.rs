@@ -52,28 +52,17 @@ async fn a_refresh_token_is_described_with_what_applies_to_it() {
 /// lookup of the other kind, made to fail here, is never reached.
 #[tokio::test]
 async fn the_hinted_kind_of_token_is_looked_up_first() {
-    for (hint, unreached) in [
-        ("refresh_token", "find_access_token"),
-        ("access_token", "find_refresh_token"),
-    ] {
-        let tokens = std::sync::Arc::new(FlakyTokens::default());
-        let stores = conversion_gateway::Stores {
-            tokens: tokens.clone(),
-            ..conversion_gateway::Stores::in_memory()
-        };
-        let f = Fixture::with_stores(stores, |_| {}).await;
-        let (access, refresh) = f.tokens().await;
-        let token = if hint == "refresh_token" {
-            refresh
-        } else {
-            access
-        };
-        tokens.fail_next(unreached);
-        let form = format!("token={token}&token_type_hint={hint}");
-        let answer = f.introspect(Some(&f.basic()), &form).await;
-        assert_eq!(answer.status, 200, "{hint}: {:?}", answer.json_body());
-        assert_eq!(body(&answer)["active"], true, "{hint}");
-        assert!(tokens.is_armed(unreached), "{hint}: {unreached} was called");
+    for hint in TokenHint::BOTH {
+        let setup = Fixture::with_the_unhinted_lookup_failing(hint).await;
+        let f = &setup.fixture;
+        let answer = f.introspect(Some(&f.basic()), &setup.form).await;
+        assert_eq!(answer.status, 200, "{hint:?}: {:?}", answer.json_body());
+        assert_eq!(body(&answer)["active"], true, "{hint:?}");
+        assert!(
+            setup.unreached(),
+            "{hint:?}: {} was called",
+            setup.unreached
+        );
     }
 }
 

@@ -225,12 +225,7 @@ async fn refresh_tokens_do_not_expire_by_default() {
 #[tokio::test]
 async fn a_store_failure_at_any_step_of_a_refresh_leaves_the_token_for_the_retry() {
     for step in ["find_refresh_token", "rotate_refresh_token"] {
-        let tokens = Arc::new(FlakyTokens::default());
-        let stores = conversion_gateway::Stores {
-            tokens: tokens.clone(),
-            ..conversion_gateway::Stores::in_memory()
-        };
-        let f = Fixture::with_stores(stores, |_| {}).await;
+        let (f, tokens) = Fixture::with_flaky_tokens().await;
         let (_, refresh) = f.tokens().await;
         tokens.fail_next(step);
         assert_error(&f.refresh(&refresh).await, 503, "SERVICE_UNAVAILABLE");

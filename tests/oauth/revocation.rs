@@ -40,33 +40,29 @@ async fn revoking_by_refresh_token_revokes_the_grant() {
 /// lookup of the other kind, made to fail here, is never reached.
 #[tokio::test]
 async fn the_hinted_kind_of_token_is_looked_up_first() {
-    for (hint, unreached) in [
-        ("refresh_token", "find_access_token"),
-        ("access_token", "find_refresh_token"),
-    ] {
-        let tokens = std::sync::Arc::new(FlakyTokens::default());
-        let stores = conversion_gateway::Stores {
-            tokens: tokens.clone(),
-            ..conversion_gateway::Stores::in_memory()
-        };
-        let f = Fixture::with_stores(stores, |_| {}).await;
-        let (access, refresh) = f.tokens().await;
-        let token = if hint == "refresh_token" {
-            &refresh
-        } else {
-            &access
-        };
-        tokens.fail_next(unreached);
-        let form = format!("token={token}&token_type_hint={hint}");
-        let answer = f.revoke(Some(&f.basic()), &form).await;
-        assert_eq!(answer.status, 200, "{hint}: {:?}", answer.json_body());
-        assert!(tokens.is_armed(unreached), "{hint}: {unreached} was called");
+    for hint in TokenHint::BOTH {
+        let setup = Fixture::with_the_unhinted_lookup_failing(hint).await;
+        let f = &setup.fixture;
+        let answer = f.revoke(Some(&f.basic()), &setup.form).await;
+        assert_eq!(answer.status, 200, "{hint:?}: {:?}", answer.json_body());
+        assert!(
+            setup.unreached(),
+            "{hint:?}: {} was called",
+            setup.unreached
+        );
         // The grant is revoked, seen through the lookup left working.
-        if hint == "refresh_token" {
-            assert_error(&f.refresh(&refresh).await, 401, "INVALID_REFRESH_TOKEN");
-        } else {
-            let outcome = f.bearer(&access).await;
-            assert!(matches!(outcome, Err(BearerError::Invalid)), "{outcome:?}");
+        match hint {
+            TokenHint::RefreshToken => {
+                assert_error(
+                    &f.refresh(&setup.refresh).await,
+                    401,
+                    "INVALID_REFRESH_TOKEN",
+                );
+            }
+            TokenHint::AccessToken => {
+                let outcome = f.bearer(&setup.access).await;
+                assert!(matches!(outcome, Err(BearerError::Invalid)), "{outcome:?}");
+            }
         }
     }
 }

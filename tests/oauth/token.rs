@@ -392,9 +392,9 @@ async fn concurrent_exchanges_of_one_code_issue_tokens_once() {
 
 #[tokio::test]
 async fn a_token_store_outage_answers_503_with_a_generic_body() {
-    let stores = conversion_gateway::Stores {
+    let stores = Stores {
         tokens: Arc::new(DownStore),
-        ..conversion_gateway::Stores::in_memory()
+        ..Stores::in_memory()
     };
     let f = Fixture::with_stores(stores, |_| {}).await;
     let request = f
@@ -427,12 +427,7 @@ async fn a_token_store_outage_answers_503_with_a_generic_body() {
 #[tokio::test]
 async fn a_store_failure_at_any_step_of_an_exchange_leaves_the_code_for_the_retry() {
     for step in ["find_code", "redeem_code"] {
-        let tokens = Arc::new(FlakyTokens::default());
-        let stores = Stores {
-            tokens: tokens.clone(),
-            ..Stores::in_memory()
-        };
-        let f = Fixture::with_stores(stores, |_| {}).await;
+        let (f, tokens) = Fixture::with_flaky_tokens().await;
         let code = f.code().await;
         let exchange = json!({
             "client_id": f.client.id, "client_secret": f.secret.expose(), "code": code,

@@ -29,6 +29,44 @@ pub struct Fixture {
     pub config: GatewayConfig,
 }
 
+/// A `token_type_hint` (RFC 7009 section 2.1, RFC 7662 section 2.1).
+#[derive(Clone, Copy, Debug)]
+pub enum TokenHint {
+    AccessToken,
+    RefreshToken,
+}
+
+impl TokenHint {
+    pub const BOTH: [TokenHint; 2] = [TokenHint::AccessToken, TokenHint::RefreshToken];
+
+    /// The hint as a request sends it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenHint::AccessToken => "access_token",
+            TokenHint::RefreshToken => "refresh_token",
+        }
+    }
+}
+
+/// What [`Fixture::with_the_unhinted_lookup_failing`] sets up.
+pub struct HintedLookup {
+    pub fixture: Fixture,
+    pub tokens: Arc<crate::FlakyTokens>,
+    pub access: String,
+    pub refresh: String,
+    /// `token` (of the hinted kind) and `token_type_hint`, form-encoded.
+    pub form: String,
+    /// The `TokenStore` lookup armed to fail: the kind not hinted.
+    pub unreached: &'static str,
+}
+
+impl HintedLookup {
+    /// Whether the lookup of the kind not hinted was never made.
+    pub fn unreached(&self) -> bool {
+        self.tokens.is_armed(self.unreached)
+    }
+}
+
 impl Fixture {
     pub async fn new() -> Self {
         Self::with_config(|_| {}).await
@@ -36,6 +74,39 @@ impl Fixture {
 
     pub async fn with_config(adjust: impl FnOnce(&mut GatewayConfig)) -> Self {
         Self::with_stores(Stores::in_memory(), adjust).await
+    }
+
+    /// The fixture on a token store that fails the operations it is told
+    /// to ([`crate::FlakyTokens::fail_next`]), the other stores in memory.
+    pub async fn with_flaky_tokens() -> (Self, Arc<crate::FlakyTokens>) {
+        let tokens = Arc::new(crate::FlakyTokens::default());
+        let stores = Stores {
+            tokens: tokens.clone(),
+            ..Stores::in_memory()
+        };
+        (Self::with_stores(stores, |_| {}).await, tokens)
+    }
+
+    /// For the lookup order `token_type_hint` sets (RFC 7662 and RFC 7009,
+    /// section 2.1): a fixture on [`crate::FlakyTokens`], a grant's tokens,
+    /// and the lookup of the kind `hint` does not name armed to fail.
+    pub async fn with_the_unhinted_lookup_failing(hint: TokenHint) -> HintedLookup {
+        let (fixture, tokens) = Self::with_flaky_tokens().await;
+        let (access, refresh) = fixture.tokens().await;
+        let (token, unreached) = match hint {
+            TokenHint::AccessToken => (&access, "find_refresh_token"),
+            TokenHint::RefreshToken => (&refresh, "find_access_token"),
+        };
+        let form = format!("token={token}&token_type_hint={}", hint.as_str());
+        tokens.fail_next(unreached);
+        HintedLookup {
+            fixture,
+            tokens,
+            access,
+            refresh,
+            form,
+            unreached,
+        }
     }
 
     pub async fn with_stores(stores: Stores, adjust: impl FnOnce(&mut GatewayConfig)) -> Self {
