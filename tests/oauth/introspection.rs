@@ -59,7 +59,7 @@ async fn the_hinted_kind_of_token_is_looked_up_first() {
         assert_eq!(answer.status, 200, "{hint:?}: {:?}", answer.json_body());
         assert_eq!(body(&answer)["active"], true, "{hint:?}");
         assert!(
-            setup.unreached(),
+            setup.unhinted_lookup_never_made(),
             "{hint:?}: {} was called",
             setup.unreached
         );

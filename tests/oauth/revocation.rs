@@ -46,7 +46,7 @@ async fn the_hinted_kind_of_token_is_looked_up_first() {
         let answer = f.revoke(Some(&f.basic()), &setup.form).await;
         assert_eq!(answer.status, 200, "{hint:?}: {:?}", answer.json_body());
         assert!(
-            setup.unreached(),
+            setup.unhinted_lookup_never_made(),
             "{hint:?}: {} was called",
             setup.unreached
         );

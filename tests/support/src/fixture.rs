@@ -62,7 +62,7 @@ pub struct HintedLookup {
 
 impl HintedLookup {
     /// Whether the lookup of the kind not hinted was never made.
-    pub fn unreached(&self) -> bool {
+    pub fn unhinted_lookup_never_made(&self) -> bool {
         self.tokens.is_armed(self.unreached)
     }
 }
